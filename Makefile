@@ -1,0 +1,42 @@
+# stagger: every target creates .venv on first use and installs the project into it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LISTEN ?= 127.0.0.1:8080
+PYTEST_ARGS ?=
+
+.PHONY: venv run test lint typecheck layers unit bench demo tools clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv ## lockd on localhost with the built-in default policy, no cluster needed
+	@echo "lockd on http://$(LISTEN)   try: curl -s 'http://$(LISTEN)/v1/lock?namespace=default&name=demo'   and   curl -s 'http://$(LISTEN)/status?format=text'"
+	$(PY) -m lockd --standalone --listen $(LISTEN)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+layers: venv
+	$(VENV)/bin/lint-imports
+
+unit: venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: lint typecheck layers unit
+
+bench: venv
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,1 @@
+"""lockd: the per-node lock daemon."""

@@ -1,0 +1,1 @@
+"""sim: Kubernetes API emulator and simulated cluster, for tests, demo and benchmarks."""

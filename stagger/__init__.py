@@ -1,0 +1,1 @@
+"""stagger shared core: policy file, selectors, grouping, pacers, throttles, kube helpers."""

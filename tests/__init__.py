@@ -1,0 +1,1 @@
+"""stagger test suite: one folder per concern."""
