@@ -1,0 +1,44 @@
+"""Prometheus metrics of one lockd app, in a registry of its own (no process-wide globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+def _registry() -> CollectorRegistry:
+    return CollectorRegistry(auto_describe=True)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=_registry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "stagger_lockd_requests", "Lock requests answered, by result.", ["result"], registry=r
+        )
+        self.wait_seconds = Histogram(
+            "stagger_lockd_wait_seconds",
+            "Time from a pod's first ask to its grant.",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+            registry=r,
+        )
+        self.slots_in_use = Gauge("stagger_lockd_slots_in_use", "Start-up slots held now.", registry=r)
+        self.slot_limit = Gauge(
+            "stagger_lockd_slot_limit", "Effective maxConcurrent limit (-1: none).", registry=r
+        )
+        self.queue_length = Gauge("stagger_lockd_queue_length", "Pods waiting for a slot.", registry=r)
+        self.slots_ended = Counter(
+            "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", ["why"], registry=r
+        )
+        self.cpu_load = Gauge("stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent.", registry=r)
+        self.io_load = Gauge("stagger_lockd_io_load_percent", "Last sampled IO pressure percent.", registry=r)
+        self.policy_reloads = Counter(
+            "stagger_lockd_policy_reloads",
+            "Policy file reloads, by result: ok, error.",
+            ["result"],
+            registry=r,
+        )

@@ -1,0 +1,73 @@
+"""Query parameters of lockd's endpoints, checked before anything changes. Pure functions."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
+
+
+class BadRequest(ValueError):
+    """A parameter that cannot be used; the message says which and why (sent as the 400 body)."""
+
+
+@dataclass(frozen=True)
+class LockQuery:
+    namespace: str
+    name: str
+    uid: str
+    wait: float
+
+
+def _number(query: Mapping[str, str], key: str, *, low: float, high: float) -> float | None:
+    text = query.get(key)
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRequest(f"{key}: expected a number of seconds (got {text!r})") from None
+    if not math.isfinite(value) or not low <= value <= high:
+        raise BadRequest(f"{key}: must be between {low:g} and {high:g} seconds (got {text!r})")
+    return value
+
+
+def pod_identity(query: Mapping[str, str]) -> tuple[str, str]:
+    namespace, name = query.get("namespace", ""), query.get("name", "")
+    if not namespace:
+        raise BadRequest("namespace: required")
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        raise BadRequest(f"namespace: not a valid Kubernetes namespace name (got {namespace!r})")
+    if not name:
+        raise BadRequest("name: required")
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise BadRequest(f"name: not a valid Kubernetes pod name (got {name!r})")
+    return namespace, name
+
+
+def lock_query(query: Mapping[str, str], *, max_wait: float) -> LockQuery:
+    namespace, name = pod_identity(query)
+    uid = query.get("uid", "")
+    if uid and not _UID.match(uid):
+        raise BadRequest(f"uid: not a valid Kubernetes uid (got {uid!r})")
+    wait = _number(query, "wait", low=0.0, high=max_wait)
+    return LockQuery(namespace=namespace, name=name, uid=uid, wait=wait or 0.0)
+
+
+def anonymous_duration(query: Mapping[str, str], *, default: float) -> float:
+    # A day is far beyond any start-up; a longer anonymous hold is a mistake, not a wish.
+    duration = _number(query, "duration", low=1.0, high=86400.0)
+    return default if duration is None else duration
+
+
+def status_format(query: Mapping[str, str]) -> str:
+    fmt = query.get("format", "json")
+    if fmt not in ("json", "text"):
+        raise BadRequest(f"format: must be json or text (got {fmt!r})")
+    return fmt

@@ -1,0 +1,165 @@
+"""`GET /status`: what this node's lockd is doing, as JSON for tools and as a table for a person."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, TypedDict
+
+from lockd import ledger
+from lockd.service import ActivePolicy, Counters
+from stagger import policy, throttles
+
+
+def rfc3339(epoch: float) -> str:
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class LoadStatus(TypedDict):
+    cpuPercent: float | None
+    ioPercent: float | None
+    source: str
+
+
+class SlotStatus(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    grantedAt: str
+    ageSeconds: float
+    expiresInSeconds: float
+
+
+class QueueStatus(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    position: int
+    waitingSeconds: float
+    reason: str
+
+
+class Status(TypedDict):
+    node: str
+    mode: str
+    policy: dict[str, Any]
+    load: LoadStatus
+    slots: list[SlotStatus]
+    queue: list[QueueStatus]
+    counters: dict[str, int]
+
+
+def build_status(
+    *,
+    node: str,
+    mode: str,
+    active: ActivePolicy,
+    cores: int,
+    book: ledger.Ledger,
+    sample: throttles.LoadSample,
+    counters: Counters,
+    now: float,
+) -> Status:
+    """Pure: the status document from the service's state at monotonic time `now`."""
+    described = policy.describe_node_policy(active.node_policy, cores=cores)
+    return {
+        "node": node,
+        "mode": mode,
+        "policy": {**described, "source": active.source, "why": active.why, "cores": cores},
+        "load": {"cpuPercent": sample.cpu_percent, "ioPercent": sample.io_percent, "source": sample.source},
+        "slots": [
+            {
+                "namespace": slot.namespace,
+                "name": slot.name,
+                "uid": slot.uid,
+                "grantedAt": rfc3339(slot.granted_wall),
+                "ageSeconds": round(now - slot.granted_at, 3),
+                "expiresInSeconds": round(max(0.0, slot.expires_at - now), 3),
+            }
+            for slot in sorted(book.slots.values(), key=lambda s: s.granted_at)
+        ],
+        "queue": [
+            {
+                "namespace": waiter.namespace,
+                "name": waiter.name,
+                "uid": waiter.uid,
+                "position": position,
+                "waitingSeconds": round(now - waiter.first_seen, 3),
+                "reason": waiter.reason,
+            }
+            for position, waiter in enumerate(book.queue.values(), start=1)
+        ],
+        "counters": dict(counters.__dict__),
+    }
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    return [line, *("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)]
+
+
+def render_text(status: Status) -> str:
+    """The same document as a readable table for `curl <node>:<port>/status?format=text`."""
+    pol = status["policy"]
+    limit = pol.get("maxConcurrent")
+    load = status["load"]
+    counters = status["counters"]
+    out = [
+        f"node {status['node']}  mode {status['mode']}",
+        f"policy {pol['name']} ({pol['why']})",
+        "  limits: maxConcurrent {}  cpu<{}  io<{}  rateLimit {}  holdTimeout {}s".format(
+            "none" if limit is None else limit,
+            "n/a" if pol.get("cpuMaxLoad") is None else f"{pol['cpuMaxLoad']:g}%",
+            "n/a" if pol.get("ioMaxLoad") is None else f"{pol['ioMaxLoad']:g}%",
+            "none"
+            if not pol.get("rateLimit")
+            else "burst {burst} every {fillFactorSeconds:g}s".format(**pol["rateLimit"]),
+            f"{pol['holdTimeoutSeconds']:g}",
+        ),
+        f"load cpu {_percent(load['cpuPercent'])}  io {_percent(load['ioPercent'])}  ({load['source']})",
+        "counters " + "  ".join(f"{k} {v}" for k, v in counters.items()),
+        "",
+        f"slots in use: {len(status['slots'])}" + ("" if limit is None else f" of {limit}"),
+    ]
+    if status["slots"]:
+        out += [
+            "  " + line
+            for line in _table(
+                ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN"],
+                [
+                    [
+                        s["namespace"] or "-",
+                        s["name"],
+                        s["uid"] or "-",
+                        s["grantedAt"],
+                        f"{s['ageSeconds']:.1f}s",
+                        f"{s['expiresInSeconds']:.0f}s",
+                    ]
+                    for s in status["slots"]
+                ],
+            )
+        ]
+    out += ["", f"waiting: {len(status['queue'])}"]
+    if status["queue"]:
+        out += [
+            "  " + line
+            for line in _table(
+                ["POS", "NAMESPACE", "NAME", "WAITING", "REASON"],
+                [
+                    [
+                        str(q["position"]),
+                        q["namespace"],
+                        q["name"],
+                        f"{q['waitingSeconds']:.1f}s",
+                        q["reason"],
+                    ]
+                    for q in status["queue"]
+                ],
+            )
+        ]
+    return "\n".join(out) + "\n"

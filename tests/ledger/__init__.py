@@ -1,0 +1,1 @@
+"""Slot ledger invariants."""

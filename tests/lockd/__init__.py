@@ -1,0 +1,1 @@
+"""lockd as a real HTTP server."""

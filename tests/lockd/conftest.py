@@ -1,0 +1,87 @@
+"""Fixtures: a real lockd app served by aiohttp's test server on loopback, with its load read from a file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from lockd import app as lockd_app
+from lockd.settings import Settings
+
+
+@dataclass
+class Lockd:
+    client: TestClient
+    app: web.Application
+    policy_path: Path
+    load_path: Path
+
+    def set_load(self, *, cpu: float | None = None, io: float | None = None) -> None:
+        self.load_path.write_text(json.dumps({"cpuPercent": cpu, "ioPercent": io}))
+
+    async def status(self) -> dict:
+        response = await self.client.get("/status")
+        assert response.status == 200
+        return await response.json()
+
+    async def lock(self, name: str, *, namespace: str = "default", **extra: str):
+        return await self.client.get("/v1/lock", params={"namespace": namespace, "name": name, **extra})
+
+
+StartLockd = Callable[..., Awaitable[Lockd]]
+
+
+@pytest.fixture
+def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
+    async def start(policy_yaml: str | None = None, **overrides: object) -> Lockd:
+        policy_path = tmp_path / "policies.yaml"
+        load_path = tmp_path / "load.json"
+        load_path.write_text(json.dumps({"cpuPercent": 5.0, "ioPercent": 0.0}))
+        settings = Settings(
+            standalone=True,
+            node_name="test-node",
+            cores=4,
+            load_file=load_path,
+            sample_interval=0.05,
+            reload_interval=0.1,
+        )
+        if policy_yaml is not None:
+            policy_path.write_text(policy_yaml)
+            settings = replace(settings, policies=policy_path)
+        settings = replace(settings, **overrides)  # type: ignore[arg-type]
+        app = lockd_app.make_app(settings)
+        client = await aiohttp_client(app)
+        return Lockd(client=client, app=app, policy_path=policy_path, load_path=load_path)
+
+    return start
+
+
+def limit_policy(limit: int, *, hold: str = "2m", extra: str = "") -> str:
+    return (
+        "nodePolicies:\n"
+        "- name: test\n"
+        f"  holdTimeout: {hold}\n"
+        "  throttleConfig:\n"
+        f"    maxConcurrent: {{value: {limit}}}\n"
+        f"{extra}"
+    )
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str = "condition"
+) -> None:
+    """Polls `probe` until it is true; for states that come with time (expiry), not with an event we can await."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not await probe():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.02)

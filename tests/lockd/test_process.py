@@ -1,0 +1,133 @@
+"""lockd as a process: startup errors name the bad policy field, and SIGTERM stops it within 5 s even
+with long polls in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGGER_")}
+    return {**env, **extra}
+
+
+def test_bad_policy_file_is_a_startup_error_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "nodePolicies:\n- name: x\n  throttleConfig:\n    maxConcurrent: {perCore: -1}\n"
+        "staggeringPolicies:\n- name: y\n  labelSelector: {a: b}\n  pacer: {exponential: {minInitial: 4, multiplier: 0.5, maxStagger: 16}}\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockd",
+            "--standalone",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--policies",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=_env(),
+    )
+    assert done.returncode == 2
+    assert "nodePolicies[0].throttleConfig.maxConcurrent.perCore" in done.stderr
+    assert (
+        "staggeringPolicies[0].pacer.exponential.multiplier: must be greater than 1 (got 0.5)" in done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        pytest.param(
+            ["--standalone", "--listen", "nowhere"], {}, "--listen: expected HOST:PORT", id="listen"
+        ),
+        pytest.param(["--standalone", "--sample-interval", "often"], {}, "--sample-interval", id="duration"),
+        pytest.param([], {"STAGGER_STANDALONE": "maybe"}, "STAGGER_STANDALONE", id="env-bool"),
+        pytest.param([], {}, "cluster mode", id="no-mode"),
+    ],
+)
+def test_bad_settings_are_one_clear_line(args: list[str], env: dict[str, str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lockd", *args], capture_output=True, text=True, timeout=30, env=_env(**env)
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def _get(url: str, timeout: float = 30.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_sigterm_stops_within_five_seconds_with_long_polls_in_flight(tmp_path: Path) -> None:
+    port = free_port()
+    policies = tmp_path / "p.yaml"
+    policies.write_text("nodePolicies:\n- name: one\n  throttleConfig: {maxConcurrent: {value: 1}}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockd", "--listen", f"127.0.0.1:{port}", "--policies", str(policies)],
+        env=_env(STAGGER_STANDALONE="true"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if _get(f"{base}/healthz", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "lockd did not start"
+            time.sleep(0.05)
+        assert _get(f"{base}/v1/lock?namespace=default&name=holder")[0] == 200
+        waiters = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import urllib.request as u\ntry: u.urlopen('{base}/v1/lock?namespace=default&name=w{i}&wait=60', timeout=90)\nexcept Exception: pass",
+                ]
+            )
+            for i in range(3)
+        ]
+        deadline = time.monotonic() + 20
+        while len(json.loads(_get(f"{base}/status")[1])["queue"]) < 3:
+            assert time.monotonic() < deadline, "waiters did not queue"
+            time.sleep(0.05)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert time.monotonic() - started < 5.0
+        for waiter in waiters:
+            waiter.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
