@@ -1,0 +1,38 @@
+"""`python -m tests.bench [lockd] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from tests.bench import lockd_bench
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("which", nargs="*", help="benchmarks to run: lockd (default: all)")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
+    args = parser.parse_args(argv)
+    args.which = args.which or ["lockd"]
+    unknown = set(args.which) - {"lockd"}
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: lockd")
+    results = {}
+    if "lockd" in args.which:
+        results["lockd"] = asyncio.run(lockd_bench.run(seconds=args.seconds))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for name, rows in results.items():
+            print(f"\n== {name} ==")
+            width = max(len(k) for k in rows)
+            for key, value in rows.items():
+                print(f"  {key.ljust(width)}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
