@@ -1,0 +1,59 @@
+"""The label, annotation and scheduling-gate names stagger puts on pods, under one configurable prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stagger.selectors import label_key_problem
+
+__all__ = ["DEFAULT_PREFIX", "Names"]
+
+DEFAULT_PREFIX = "v1.stagger.technicianted"
+
+
+@dataclass(frozen=True)
+class Names:
+    """All names derive from `prefix`, so two installations with different prefixes never collide."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        # Checked once here so that a bad --prefix fails at startup, not at the first API write.
+        problem = label_key_problem(f"{self.prefix}/enable") if self.prefix else "must not be empty"
+        if problem:
+            raise ValueError(f"prefix: {problem.replace('label key prefix ', '')} (got {self.prefix!r})")
+
+    def _name(self, suffix: str) -> str:
+        return f"{self.prefix}/{suffix}"
+
+    @property
+    def enable_label(self) -> str:
+        """Label `"1"` opts a pod in; the webhook's objectSelector."""
+        return self._name("enable")
+
+    @property
+    def staggered_label(self) -> str:
+        """Label `"1"` while a pod is held waiting for its pacer."""
+        return self._name("staggered")
+
+    @property
+    def group_label(self) -> str:
+        """Label whose value is a hash of the pod's (policy names, grouping keys)."""
+        return self._name("group")
+
+    @property
+    def policies_annotation(self) -> str:
+        return self._name("policies")
+
+    @property
+    def group_key_annotation(self) -> str:
+        return self._name("group-key")
+
+    @property
+    def granted_at_annotation(self) -> str:
+        """When the start-up slot was granted; lets restarted components rebuild counts from the API."""
+        return self._name("granted-at")
+
+    @property
+    def scheduling_gate(self) -> str:
+        return self._name("pacing")
