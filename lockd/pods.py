@@ -1,0 +1,180 @@
+"""What lockd reads from the pods on its node, as pure functions of pod objects (JSON dicts as the API
+serves them): identity checks, where a pod is in its start-up, what else is starting, DaemonSet
+readiness, and the slots to rebuild after a restart."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from stagger.names import Names
+
+Pod = Mapping[str, Any]
+Stage = Literal["starting", "ready", "finished", "deleted"]
+
+
+def meta(pod: Pod) -> Mapping[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def key_of(pod: Pod) -> tuple[str, str]:
+    m = meta(pod)
+    return str(m.get("namespace") or ""), str(m.get("name") or "")
+
+
+def is_ready(pod: Pod) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def phase(pod: Pod) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def stage(pod: Pod | None) -> Stage:
+    """Where a pod is in its start-up, as far as a slot is concerned."""
+    if pod is None or meta(pod).get("deletionTimestamp"):
+        return "deleted"
+    if phase(pod) in ("Succeeded", "Failed"):
+        return "finished"
+    if is_ready(pod):
+        return "ready"
+    return "starting"
+
+
+def identity_problem(pod: Pod | None, *, node: str, namespace: str, name: str, uid: str) -> str | None:
+    """Why this caller may not have a slot on this node, or None if it may.
+
+    lockd watches only the pods bound to its node, so a pod of another node and a pod that does not
+    exist look the same from here; the message says both.
+    """
+    if pod is None:
+        return (
+            f"no pod {namespace}/{name} is bound to node {node} (it does not exist, or runs on another node)"
+        )
+    actual_uid = str(meta(pod).get("uid") or "")
+    if uid != actual_uid:
+        return f"uid {uid!r} does not match pod {namespace}/{name} on node {node} (uid {actual_uid!r})"
+    current = stage(pod)
+    if current == "deleted":
+        return f"pod {namespace}/{name} is being deleted"
+    if current == "finished":
+        return f"pod {namespace}/{name} has finished (phase {phase(pod)})"
+    return None
+
+
+def owner_kind(pod: Pod) -> tuple[str, str] | None:
+    for ref in meta(pod).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind") or ""), str(ref.get("name") or "")
+    return None
+
+
+def is_daemonset_pod(pod: Pod) -> bool:
+    owner = owner_kind(pod)
+    return owner is not None and owner[0] == "DaemonSet"
+
+
+def uses_stagger(pod: Pod, *, names: Names) -> bool:
+    return (meta(pod).get("labels") or {}).get(names.enable_label) == "1"
+
+
+def other_starting(
+    pods: Iterable[Pod],
+    *,
+    names: Names,
+    exclude_namespaces: Iterable[str],
+    holders: Iterable[tuple[str, str]],
+) -> list[tuple[str, str]]:
+    """`countAllStarting`: pods not Ready and not finished that count against maxConcurrent besides slots.
+
+    Pods that use stagger count through their slots only: a stagger pod still waiting in its init
+    container must not block itself. DaemonSet pods (node plumbing, which must never wait behind
+    workloads) and pods in excluded namespaces do not count.
+    """
+    excluded = set(exclude_namespaces)
+    held = set(holders)
+    found = []
+    for pod in pods:
+        key = key_of(pod)
+        if key in held or key[0] in excluded or stage(pod) != "starting":
+            continue
+        if is_daemonset_pod(pod) or uses_stagger(pod, names=names):
+            continue
+        found.append(key)
+    return sorted(found)
+
+
+def daemonsets_not_ready(pods: Iterable[Pod], *, own_pod: tuple[str, str] | None = None) -> list[str]:
+    """`waitForDaemonSets`: the DaemonSets (namespace/name) whose pod on this node is not Ready yet.
+
+    lockd's own pod is left out: it becomes Ready only once lockd answers, so waiting on it would wait forever.
+    """
+    waiting = set()
+    for pod in pods:
+        owner = owner_kind(pod)
+        if owner is None or owner[0] != "DaemonSet" or key_of(pod) == own_pod:
+            continue
+        if stage(pod) == "starting":
+            waiting.add(f"{key_of(pod)[0]}/{owner[1]}")
+    return sorted(waiting)
+
+
+def parse_time(text: str) -> float | None:
+    """RFC 3339 (as Kubernetes writes it) → epoch seconds; None if it is not one."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+@dataclass(frozen=True)
+class HeldSlot:
+    namespace: str
+    name: str
+    uid: str
+    granted_wall: float
+
+
+def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
+    """After a restart: pods granted a slot (they carry `granted-at`) that have not started yet still hold it."""
+    held = []
+    for pod in pods:
+        granted = (meta(pod).get("annotations") or {}).get(names.granted_at_annotation)
+        if not granted or stage(pod) != "starting":
+            continue
+        when = parse_time(str(granted))
+        if when is None:
+            continue
+        namespace, name = key_of(pod)
+        held.append(
+            HeldSlot(namespace=namespace, name=name, uid=str(meta(pod).get("uid") or ""), granted_wall=when)
+        )
+    return sorted(held, key=lambda slot: slot.granted_wall)
+
+
+def why_held(pod: Pod | None) -> str:
+    """A sentence for /status: why this pod's slot has not ended yet."""
+    if pod is None:
+        return "pod not seen on this node"
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    for status in statuses:
+        state = status.get("state") or {}
+        if "running" in state or "waiting" in state:
+            return f"init container {status.get('name')} has not finished"
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if not status.get("ready"):
+            state = status.get("state") or {}
+            if "waiting" in state:
+                return (
+                    f"container {status.get('name')} waiting ({(state['waiting'] or {}).get('reason', '')})"
+                )
+            return f"container {status.get('name')} not ready yet"
+    return f"pod not Ready (phase {phase(pod)})"

@@ -1,0 +1,110 @@
+"""Pure pod views of cluster-mode lockd: identity checks, start-up stage, countAllStarting, DaemonSet
+readiness, and which slots to rebuild after a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockd import pods
+from stagger.names import Names
+
+NAMES = Names()
+
+
+def pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    uid: str = "uid-1",
+    ready: bool = False,
+    phase: str = "Pending",
+    deleting: bool = False,
+    owner: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "labels": labels or {}}
+    if annotations:
+        metadata["annotations"] = annotations
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    if owner:
+        kind, _, owner_name = owner.partition("/")
+        metadata["ownerReferences"] = [{"kind": kind, "name": owner_name, "controller": True, "uid": "o"}]
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {"metadata": metadata, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("subject", "uid", "problem"),
+    [
+        pytest.param(pod("a"), "uid-1", None, id="ok"),
+        pytest.param(None, "uid-1", "no pod default/a is bound to node n1", id="absent-or-other-node"),
+        pytest.param(pod("a"), "spoofed", "uid 'spoofed' does not match", id="spoofed-uid"),
+        pytest.param(pod("a", phase="Succeeded"), "uid-1", "has finished (phase Succeeded)", id="finished"),
+        pytest.param(pod("a", deleting=True), "uid-1", "is being deleted", id="deleting"),
+    ],
+)
+def test_identity(subject, uid: str, problem: str | None) -> None:
+    found = pods.identity_problem(subject, node="n1", namespace="default", name="a", uid=uid)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+@pytest.mark.parametrize(
+    ("subject", "stage"),
+    [
+        pytest.param(pod("a"), "starting", id="pending"),
+        pytest.param(pod("a", phase="Running"), "starting", id="running-not-ready"),
+        pytest.param(pod("a", phase="Running", ready=True), "ready", id="ready"),
+        pytest.param(pod("a", phase="Failed"), "finished", id="failed"),
+        pytest.param(pod("a", deleting=True, ready=True), "deleted", id="deleting"),
+        pytest.param(None, "deleted", id="gone"),
+    ],
+)
+def test_stage(subject, stage: str) -> None:
+    assert pods.stage(subject) == stage
+
+
+def test_other_starting_counts_only_plain_workload_pods() -> None:
+    node_pods = [
+        pod("plain"),
+        pod("plain-ready", ready=True, phase="Running"),
+        pod("done", phase="Succeeded"),
+        pod("agent", owner="DaemonSet/agent"),
+        pod("system", namespace="kube-system"),
+        pod("waiting-stagger", labels={NAMES.enable_label: "1"}),
+        pod("holder"),
+    ]
+    found = pods.other_starting(
+        node_pods, names=NAMES, exclude_namespaces=["kube-system"], holders=[("default", "holder")]
+    )
+    assert found == [("default", "plain")]
+
+
+def test_daemonsets_not_ready_names_them_and_skips_lockd_itself() -> None:
+    node_pods = [
+        pod("agent-x", namespace="monitoring", owner="DaemonSet/agent"),
+        pod("cni-x", namespace="kube-system", owner="DaemonSet/cni", ready=True, phase="Running"),
+        pod("lockd-x", namespace="stagger", owner="DaemonSet/lockd"),
+        pod("app", owner="ReplicaSet/app-1"),
+    ]
+    assert pods.daemonsets_not_ready(node_pods, own_pod=("stagger", "lockd-x")) == ["monitoring/agent"]
+
+
+def test_slots_to_rebuild_are_granted_pods_still_starting() -> None:
+    granted = {NAMES.granted_at_annotation: "2026-11-21T10:00:05.250Z"}
+    node_pods = [
+        pod("second", annotations={NAMES.granted_at_annotation: "2026-11-21T10:00:09Z"}),
+        pod("first", annotations=granted),
+        pod("started", annotations=granted, ready=True, phase="Running"),
+        pod("never"),
+        pod("garbled", annotations={NAMES.granted_at_annotation: "yesterday"}),
+    ]
+    rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
+    assert [slot.name for slot in rebuilt] == ["first", "second"]
+    assert rebuilt[0].granted_wall == pytest.approx(1795255205.25)
