@@ -27,7 +27,7 @@ def key_of(pod: Pod) -> tuple[str, str]:
 def is_ready(pod: Pod) -> bool:
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return False
 
 
