@@ -1,0 +1,109 @@
+"""`python -m initclient`: wait for a start-up slot from lockd, then exit 0.
+
+It exits 0 also when it cannot get one (fail-open): bad config, a rejected request, max-wait over.
+Only SIGTERM/SIGINT (the pod is going away) ends it with another code, 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+import requests
+
+from initclient.client import DeadlinePassed, fetch_lock, wait_for_slot
+from initclient.settings import ConfigError, Settings, parse_settings
+
+logger = logging.getLogger(__name__)
+
+# The per-request timeouts end the wait at max-wait; the timer is only a backstop for what they
+# cannot bound (a slow connect followed by a slow read, a slow DNS answer), so it lets them go first.
+BACKSTOP_GRACE = 1.0
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGINT arrived; a BaseException so that no library code swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _LineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            message = f"{record.levelname.lower()}: {message}"
+        return f"stagger: {message}"
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def _raise_deadline(signum: int, frame: FrameType | None) -> None:
+    raise DeadlinePassed()
+
+
+def run(settings: Settings) -> int:
+    """Wait for the slot with real HTTP, clock and sleep; the exit code."""
+    session = requests.Session()
+    # Proxy variables meant for the app must not route the call to the node-local lockd.
+    session.trust_env = False
+    signal.signal(signal.SIGALRM, _raise_deadline)
+    signal.setitimer(signal.ITIMER_REAL, settings.max_wait + BACKSTOP_GRACE)
+    try:
+        finish = wait_for_slot(
+            settings=settings,
+            fetch=lambda request: fetch_lock(
+                session, lockd_url=settings.lockd_url, request=request, wall_now=time.time()
+            ),
+            clock=time.monotonic,
+            sleep=time.sleep,
+            rng=random.random,
+        )
+    except DeadlinePassed:
+        # Only when the timer fires outside the loop's own waits (e.g. while logging).
+        finish = None
+        logger.warning(
+            "proceeding without a start-up slot for %s/%s: max-wait is over (fail-open)",
+            settings.namespace,
+            settings.name,
+        )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        session.close()
+    return finish.exit_code if finish is not None else 0
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    _configure_logging()
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _raise_terminated)
+    settings: Settings | None = None
+    try:
+        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ if env is None else env)
+        return run(settings)
+    except ConfigError as exc:
+        logger.error("invalid configuration (%s); proceeding without a start-up slot (fail-open)", exc)
+        return 0
+    except Terminated as exc:
+        target = f" for {settings.namespace}/{settings.name}" if settings is not None else ""
+        logger.info("stopped by %s while waiting%s", signal.Signals(exc.signum).name, target)
+        return 128 + exc.signum
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""Waiting for a start-up slot from lockd: a pure decision core and the thin loop that does the I/O.
+
+The core (`start`, `plan_request`, `decide`, `give_up`) is made of functions of data and of `now`
+(monotonic seconds) that return data: the next request, or what to do with an answer (finish, or
+sleep N seconds) plus the lines to log. `wait_for_slot` runs it with injected I/O (fetch, clock,
+sleep, random numbers); `fetch_lock` is the real HTTP fetch with `requests`.
+
+Delays:
+- 423/429 (and 503 with Retry-After): sleep uniformly in [R/2, R) for Retry-After R. Never later
+  than lockd asked, so a pod does not miss a freed slot; spread over half the interval so that pods
+  that got the same answer at the same moment do not all come back in the same instant. With long
+  polling an early re-ask costs only a parked request on lockd.
+- connection errors, timeouts, other 5xx: capped exponential backoff, jittered the same way.
+- every sleep and every request timeout is cut to what is left of max-wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from typing import Literal, NotRequired, TypedDict
+
+import requests
+
+from initclient.settings import Settings
+from stagger.durations import format_duration
+
+__all__ = [
+    "DeadlinePassed",
+    "Decision",
+    "Failure",
+    "Finish",
+    "Line",
+    "LockParams",
+    "LockReply",
+    "Reply",
+    "Request",
+    "Sleep",
+    "WaitState",
+    "backoff_delay",
+    "decide",
+    "fetch_lock",
+    "give_up",
+    "jittered",
+    "lock_reply",
+    "parse_retry_after",
+    "plan_request",
+    "retry_delay",
+    "start",
+    "wait_for_slot",
+]
+
+logger = logging.getLogger(__name__)
+
+# First delay after an error; doubles per consecutive error up to settings.max_backoff.
+INITIAL_BACKOFF = 0.5
+# A Retry-After of 0 from a lockd that did not long-poll would otherwise make a busy loop.
+MIN_RETRY_AFTER = 0.5
+# Time lockd gets to answer a long poll before our HTTP timeout ends it.
+ANSWER_MARGIN = 0.5
+# A sleep that would leave less than this before the deadline runs to the deadline instead:
+# so little time is not worth a request, and giving up earlier would not have waited max-wait.
+LAST_ASK = 0.5
+
+Level = Literal["info", "warning", "error"]
+Kind = Literal["starting", "waiting", "not-ready", "unreachable", "failing"]
+_TROUBLE: frozenset[Kind] = frozenset({"unreachable", "failing"})
+
+
+class LockParams(TypedDict):
+    """Query of GET /v1/lock."""
+
+    namespace: str
+    name: str
+    wait: str
+    uid: NotRequired[str]
+
+
+class LockReply(TypedDict, total=False):
+    """The fields of a /v1/lock answer body that the client reads (200, 423, 503, 4xx)."""
+
+    granted: bool
+    reason: str
+    position: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Request:
+    params: LockParams
+    connect_timeout: float
+    read_timeout: float
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An HTTP answer from lockd."""
+
+    status: int
+    body: LockReply
+    retry_after: float | None = None  # seconds
+
+
+@dataclass(frozen=True)
+class Failure:
+    """No HTTP answer (connection error, timeout); `error` is short, e.g. "Connection refused"."""
+
+    error: str
+
+
+Outcome = Reply | Failure
+
+
+@dataclass(frozen=True)
+class Line:
+    level: Level
+    text: str
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Finish:
+    exit_code: int
+    granted: bool
+
+
+@dataclass(frozen=True)
+class WaitState:
+    started: float
+    deadline: float
+    kind: Kind = "starting"
+    detail: str = ""  # lockd's reason, or the error, of the current state
+    position: int | None = None
+    failures: int = 0  # consecutive errors; drives the backoff
+    last_answer: float | None = None  # when lockd last answered 423/429/503
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: WaitState
+    action: Sleep | Finish
+    lines: tuple[Line, ...] = ()
+
+
+class DeadlinePassed(BaseException):
+    """Raised from a timer signal when a request outlives max-wait (a BaseException, so no library
+    code swallows it)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the pure core
+
+
+def start(*, settings: Settings, now: float) -> WaitState:
+    return WaitState(started=now, deadline=now + settings.max_wait)
+
+
+def plan_request(*, settings: Settings, state: WaitState, now: float) -> Request | None:
+    """The next long poll, or None when max-wait is over."""
+    remaining = state.deadline - now
+    if remaining <= 0:
+        return None
+    wait = max(0, min(math.floor(settings.poll_wait), math.floor(remaining - ANSWER_MARGIN)))
+    read_timeout = min(wait + settings.request_timeout, remaining)
+    params: LockParams = {"namespace": settings.namespace, "name": settings.name, "wait": str(wait)}
+    if settings.uid:
+        params["uid"] = settings.uid
+    return Request(
+        params=params,
+        connect_timeout=min(settings.request_timeout, read_timeout),
+        read_timeout=read_timeout,
+    )
+
+
+def jittered(delay: float, *, jitter: float) -> float:
+    """`delay` scaled into [delay/2, delay) by `jitter` in [0, 1)."""
+    return delay * (0.5 + 0.5 * jitter)
+
+
+def retry_delay(*, retry_after: float, jitter: float) -> float:
+    return jittered(max(retry_after, MIN_RETRY_AFTER), jitter=jitter)
+
+
+def backoff_delay(*, failures: int, max_backoff: float, jitter: float) -> float:
+    """Delay after the `failures`-th consecutive error (1-based)."""
+    exponent = min(max(failures - 1, 0), 32)  # 2**32 * 0.5s is past any sane cap; avoids overflow
+    return jittered(min(max_backoff, INITIAL_BACKOFF * 2**exponent), jitter=jitter)
+
+
+def _target(settings: Settings) -> str:
+    return f"{settings.namespace}/{settings.name}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}s" if value < 60 else format_duration(round(value))
+
+
+def _log_key(state: WaitState) -> tuple[Kind, str]:
+    # Errors vary from poll to poll (refused, timed out); only lockd's reasons are worth a line each.
+    return (state.kind, "" if state.kind in _TROUBLE else state.detail)
+
+
+def _state_line(settings: Settings, old: WaitState, new: WaitState, *, now: float) -> Line:
+    prefix = ""
+    if old.kind in _TROUBLE and new.kind not in _TROUBLE:
+        silent = now - (old.last_answer if old.last_answer is not None else old.started)
+        prefix = f"lockd reachable again after {_seconds(silent)}; "
+    retrying = f"retrying with backoff (at most {_seconds(settings.max_backoff)}) for up to max-wait"
+    match new.kind:
+        case "waiting":
+            position = f" (queue position {new.position})" if new.position is not None else ""
+            verb = "still waiting" if old.kind == "waiting" else "waiting"
+            text = f"{verb} for a start-up slot for {_target(settings)}: {new.detail}{position}"
+        case "not-ready":
+            text = f"lockd is not ready yet ({new.detail}); asking again"
+        case "unreachable":
+            text = f"lockd at {settings.lockd_url} unreachable ({new.detail}); {retrying}"
+        case _:
+            text = f"lockd at {settings.lockd_url} is failing ({new.detail}); {retrying}"
+    return Line("info", prefix + text)
+
+
+def _fail_open(settings: Settings, why: str, *, level: Level) -> Line:
+    return Line(level, f"proceeding without a start-up slot for {_target(settings)}: {why} (fail-open)")
+
+
+def give_up(*, settings: Settings, state: WaitState, now: float) -> Decision:
+    """Max-wait is over: proceed without a slot, with one warning line saying why."""
+    waited = f"waited {_seconds(now - state.started)} (max-wait {format_duration(settings.max_wait)})"
+    if state.kind in _TROUBLE:
+        trouble = "could not be reached" if state.kind == "unreachable" else "kept failing"
+        if state.last_answer is None:
+            why = f"{waited}; lockd at {settings.lockd_url} {trouble} all along: {state.detail}"
+        else:
+            since = _seconds(now - state.last_answer)
+            why = f"{waited}; lockd at {settings.lockd_url} {trouble} for the last {since}: {state.detail}"
+    elif state.kind == "waiting":
+        position = f", queue position {state.position}" if state.position is not None else ""
+        why = f"{waited} without getting a slot; lockd's last answer: {state.detail}{position}"
+    elif state.kind == "not-ready":
+        why = f"{waited}; lockd was still not ready: {state.detail}"
+    else:
+        why = f"{waited}; max-wait ran out before lockd answered"
+    return Decision(state, Finish(exit_code=0, granted=False), (_fail_open(settings, why, level="warning"),))
+
+
+def _body_text(body: LockReply) -> str:
+    return body.get("reason") or body.get("error") or ""
+
+
+def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float, jitter: float) -> Decision:
+    """What to do after `outcome` arrived at `now`; `jitter` is uniform in [0, 1)."""
+    retry_after: float | None = None
+    position: int | None = None
+    if isinstance(outcome, Failure):
+        kind: Kind = "unreachable"
+        detail = outcome.error
+    else:
+        status, body = outcome.status, outcome.body
+        text = _body_text(body)
+        if status == 200 and body.get("granted") is True:
+            line = Line(
+                "info", f"granted start-up slot for {_target(settings)} after {now - state.started:.1f}s"
+            )
+            return Decision(state, Finish(exit_code=0, granted=True), (line,))
+        retry_after = outcome.retry_after
+        if status in (423, 429):
+            kind, detail, position = "waiting", text or f"HTTP {status}", body.get("position")
+        elif status == 503:
+            kind, detail = "not-ready", text or "HTTP 503"
+        elif 400 <= status < 500 and status != 408:
+            why = (
+                f"lockd rejected the request (HTTP {status}: {text or 'no reason given'}); "
+                "asking again will not fix this"
+            )
+            return Decision(
+                state, Finish(exit_code=0, granted=False), (_fail_open(settings, why, level="error"),)
+            )
+        else:
+            # Other 5xx, 408, or a 200 that is not a grant: lockd is in trouble; its hints are not trusted.
+            kind, retry_after = "failing", None
+            detail = "HTTP 200 without granted=true" if status == 200 else f"HTTP {status}"
+            if text and status != 200:
+                detail += f": {text}"
+    if retry_after is not None:
+        failures = 0
+        delay = retry_delay(retry_after=retry_after, jitter=jitter)
+    else:
+        # No hint from lockd: back off, further with every consecutive answer like this.
+        failures = state.failures + 1
+        delay = backoff_delay(failures=failures, max_backoff=settings.max_backoff, jitter=jitter)
+
+    new = replace(
+        state,
+        kind=kind,
+        detail=detail,
+        position=position,
+        failures=failures,
+        last_answer=state.last_answer if kind in _TROUBLE else now,
+    )
+    remaining = state.deadline - now
+    if remaining <= 0:
+        return give_up(settings=settings, state=new, now=now)
+    lines = (_state_line(settings, state, new, now=now),) if _log_key(new) != _log_key(state) else ()
+    return Decision(new, Sleep(remaining if remaining - delay < LAST_ASK else delay), lines)
+
+
+def parse_retry_after(value: str | None, *, wall_now: float) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP-date); None when absent or bad."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(text).timestamp() - wall_now
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def lock_reply(data: object) -> LockReply:
+    """The fields of a decoded JSON body that have the contract's types; others are dropped."""
+    reply: LockReply = {}
+    if not isinstance(data, Mapping):
+        return reply
+    if isinstance(granted := data.get("granted"), bool):
+        reply["granted"] = granted
+    if isinstance(reason := data.get("reason"), str):
+        reply["reason"] = reason
+    if isinstance(error := data.get("error"), str):
+        reply["error"] = error
+    if isinstance(position := data.get("position"), int) and not isinstance(position, bool):
+        reply["position"] = position
+    return reply
+
+
+# ---------------------------------------------------------------------------------------------
+# the shell
+
+
+def _describe(exc: BaseException) -> str:
+    """The OS-level reason buried in requests' wrapped exceptions, e.g. "Connection refused"."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return str(current.strerror)
+        linked = (current.__cause__, current.__context__, getattr(current, "reason", None), *current.args)
+        todo.extend(item for item in linked if isinstance(item, BaseException))
+    return type(exc).__name__
+
+
+def fetch_lock(session: requests.Session, *, lockd_url: str, request: Request, wall_now: float) -> Outcome:
+    """One GET /v1/lock; every failure to get an HTTP answer becomes a `Failure`."""
+    try:
+        response = session.get(
+            f"{lockd_url}/v1/lock",
+            params={key: str(value) for key, value in request.params.items()},
+            timeout=(request.connect_timeout, request.read_timeout),
+            allow_redirects=False,
+        )
+    except requests.ConnectTimeout:
+        return Failure(f"no connection within {_seconds(request.connect_timeout)}")
+    except requests.Timeout:
+        return Failure(f"no answer within {_seconds(request.read_timeout)}")
+    except requests.RequestException as exc:
+        return Failure(_describe(exc))
+    try:
+        data: object = response.json()
+    except ValueError:
+        data = None
+    retry_after = parse_retry_after(response.headers.get("Retry-After"), wall_now=wall_now)
+    return Reply(status=response.status_code, body=lock_reply(data), retry_after=retry_after)
+
+
+_LEVELS: dict[Level, int] = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def wait_for_slot(
+    *,
+    settings: Settings,
+    fetch: Callable[[Request], Outcome],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    rng: Callable[[], float],
+) -> Finish:
+    """Ask lockd until granted, rejected, or max-wait is over; logs the decisions' lines."""
+    state = start(settings=settings, now=clock())
+    while True:
+        try:
+            request = plan_request(settings=settings, state=state, now=clock())
+            if request is None:
+                decision = give_up(settings=settings, state=state, now=clock())
+            else:
+                outcome = fetch(request)
+                decision = decide(settings=settings, state=state, outcome=outcome, now=clock(), jitter=rng())
+        except DeadlinePassed:
+            decision = give_up(settings=settings, state=state, now=clock())
+        for line in decision.lines:
+            logger.log(_LEVELS[line.level], "%s", line.text)
+        if isinstance(decision.action, Finish):
+            return decision.action
+        state = decision.state
+        # Cut short by the deadline timer: the next plan_request sees the deadline and gives up.
+        with contextlib.suppress(DeadlinePassed):
+            sleep(decision.action.seconds)

@@ -1,0 +1,170 @@
+"""Settings of the init client: flags, each also from an environment variable; flags win.
+
+Parsing never exits the process: every problem becomes a `ConfigError`, because the caller
+must turn it into one line and a zero exit code (an init container must not wedge its pod).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from stagger.durations import DurationError, format_duration, parse_duration
+
+__all__ = ["MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
+
+# lockd refuses a longer long poll (GET /v1/lock accepts wait=0..60).
+MAX_POLL_WAIT = 60.0
+
+_PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message names every bad flag/variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    lockd_url: str  # without a trailing slash
+    namespace: str
+    name: str
+    uid: str | None = None
+    max_wait: float = 600.0  # give up (fail-open) after this many seconds
+    poll_wait: float = 30.0  # long-poll seconds asked of lockd per request
+    max_backoff: float = 10.0  # cap of the retry delay after errors
+    request_timeout: float = 10.0  # HTTP timeout on top of poll_wait
+
+
+@dataclass(frozen=True)
+class _Option:
+    flag: str
+    env: str
+    dest: str
+    help: str
+
+
+_OPTIONS: tuple[_Option, ...] = (
+    _Option("--lockd-url", "STAGGER_LOCKD_URL", "lockd_url", "lockd base URL, e.g. http://10.0.0.5:8080"),
+    _Option("--namespace", "POD_NAMESPACE", "namespace", "namespace of this pod"),
+    _Option("--name", "POD_NAME", "name", "name of this pod"),
+    _Option("--uid", "POD_UID", "uid", "UID of this pod (optional)"),
+    _Option("--max-wait", "STAGGER_MAX_WAIT", "max_wait", "give up and proceed after this (default 10m)"),
+    _Option(
+        "--poll-wait", "STAGGER_POLL_WAIT", "poll_wait", "long-poll seconds per request, 0..60 (default 30)"
+    ),
+    _Option(
+        "--max-backoff",
+        "STAGGER_MAX_BACKOFF",
+        "max_backoff",
+        "cap of the retry delay after errors (default 10s)",
+    ),
+    _Option(
+        "--request-timeout",
+        "STAGGER_REQUEST_TIMEOUT",
+        "request_timeout",
+        "HTTP timeout on top of the poll wait (default 10s)",
+    ),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse would print usage and exit 2, which would fail the pod's start-up.
+        raise ConfigError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m initclient",
+        description=(
+            "Wait for a start-up slot from the node's lockd, then exit 0. Also exits 0 (fail-open, "
+            "with one warning line) after max-wait, when lockd rejects the request, or on bad config."
+        ),
+        epilog="Durations accept 90s, 10m, 1h30m, 500ms or plain seconds.",
+    )
+    for option in _OPTIONS:
+        parser.add_argument(
+            option.flag, dest=option.dest, metavar="VALUE", help=f"{option.help} [env {option.env}]"
+        )
+    return parser
+
+
+def _duration(text: str, *, path: str) -> float:
+    stripped = text.strip()
+    # stagger.durations wants a unit on strings; the env contract also allows bare seconds ("600").
+    return parse_duration(float(stripped) if _PLAIN_SECONDS.fullmatch(stripped) else stripped, path=path)
+
+
+def _check_url(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"not an http(s) URL with a host (got {url!r})"
+    if parts.query or parts.fragment:
+        return f"must not have a query or fragment (got {url!r})"
+    try:
+        parts.port  # noqa: B018  # raises on a bad port; that is the check
+    except ValueError:
+        return f"has a bad port (got {url!r})"
+    return None
+
+
+def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
+    """Settings from flags, falling back to env vars; raises ConfigError naming every problem."""
+    flags = vars(_parser().parse_args(list(argv)))
+    raw: dict[str, tuple[str, str]] = {}  # dest -> (value, where it came from)
+    for option in _OPTIONS:
+        flag_value = flags[option.dest]
+        # An empty value (e.g. an unset downward-API field) means "not given".
+        if flag_value is not None and flag_value.strip():
+            raw[option.dest] = (flag_value.strip(), option.flag)
+        elif env.get(option.env, "").strip():
+            raw[option.dest] = (env[option.env].strip(), option.env)
+
+    errors: list[str] = []
+    for option in _OPTIONS[:3]:
+        if option.dest not in raw:
+            errors.append(f"{option.env} (or {option.flag}) is required")
+
+    url = raw.get("lockd_url", ("", ""))[0].rstrip("/")
+    if "lockd_url" in raw and (problem := _check_url(url)):
+        errors.append(f"{raw['lockd_url'][1]}: {problem}")
+
+    durations: dict[str, float] = {}
+    for dest in ("max_wait", "poll_wait", "max_backoff", "request_timeout"):
+        if dest not in raw:
+            continue
+        value, where = raw[dest]
+        try:
+            durations[dest] = _duration(value, path=where)
+        except DurationError as exc:
+            errors.append(str(exc))
+    limits = {
+        "poll_wait": (0.0, MAX_POLL_WAIT),
+        "max_backoff": (0.001, None),
+        "request_timeout": (0.001, None),
+    }
+    for dest, (low, high) in limits.items():
+        if dest not in durations:
+            continue
+        where, seconds = raw[dest][1], durations[dest]
+        if seconds < low or (high is not None and seconds > high):
+            span = f"between {format_duration(low)} and {format_duration(high)}" if high else "positive"
+            errors.append(f"{where}: must be {span} (got {raw[dest][0]!r})")
+
+    if errors:
+        raise ConfigError("; ".join(errors))
+    defaults = Settings(lockd_url=url, namespace=raw["namespace"][0], name=raw["name"][0])
+    return Settings(
+        lockd_url=url,
+        namespace=defaults.namespace,
+        name=defaults.name,
+        uid=raw["uid"][0] if "uid" in raw else None,
+        max_wait=durations.get("max_wait", defaults.max_wait),
+        poll_wait=durations.get("poll_wait", defaults.poll_wait),
+        max_backoff=durations.get("max_backoff", defaults.max_backoff),
+        request_timeout=durations.get("request_timeout", defaults.request_timeout),
+    )

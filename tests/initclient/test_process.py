@@ -1,0 +1,273 @@
+"""`python -m initclient` as a real subprocess against a small aiohttp server playing lockd:
+granted after some 423s, giving up after max-wait (locked, nothing listening, no answer), failing open
+at once on 400/403 and on bad config, one line per change of state, and prompt exit on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+REPO = Path(__file__).resolve().parents[2]
+BUSY = "2 of 2 slots in use (maxConcurrent)"
+RUN_LIMIT = 20.0  # seconds; no run here should come near it
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, object]
+    retry_after: str | None = None
+    hang: bool = False  # never answer (until the test ends)
+
+
+def locked(reason: str = BUSY, position: int = 1, retry_after: str = "0") -> Answer:
+    return Answer(423, {"granted": False, "reason": reason, "position": position}, retry_after)
+
+
+GRANTED = Answer(
+    200, {"granted": True, "namespace": "ns", "name": "pod", "grantedAt": "2024-01-01T00:00:00Z"}
+)
+HANG = Answer(0, {}, hang=True)
+
+
+@dataclass
+class FakeLockd:
+    """Plays the scripted answers in order, then repeats the last one."""
+
+    script: list[Answer] = field(default_factory=lambda: [GRANTED])
+    queries: list[dict[str, str]] = field(default_factory=list)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.queries.append(dict(request.query))
+        self.asked.set()
+        answer = self.script[min(len(self.queries), len(self.script)) - 1]
+        if answer.hang:
+            await asyncio.wait_for(self.release.wait(), timeout=RUN_LIMIT)
+        headers = {"Retry-After": answer.retry_after} if answer.retry_after is not None else {}
+        return web.json_response(answer.body, status=answer.status or 503, headers=headers)
+
+
+@pytest.fixture
+async def lockd(
+    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
+) -> AsyncIterator[FakeLockd]:
+    fake = FakeLockd()
+    app = web.Application()
+    app.router.add_get("/v1/lock", fake.handle)
+    server = await aiohttp_server(app)
+    fake.url = str(server.make_url("")).rstrip("/")
+    yield fake
+    fake.release.set()  # let hanging handlers end so the server can shut down
+
+
+@pytest.fixture
+def closed_url() -> Iterator[str]:
+    # Bound but not listening: connections are refused, and no other test can take the port meanwhile.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    lines: list[str]  # of stderr
+    stdout: str
+    elapsed: float
+
+
+def environment(url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGGER_", "POD_"))}
+    env["PYTHONPATH"] = str(REPO)
+    if url is not None:
+        env.update({"STAGGER_LOCKD_URL": url, "POD_NAMESPACE": "ns", "POD_NAME": "pod"})
+    env.update(extra)
+    return env
+
+
+async def spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "initclient",
+        *args,
+        env=env,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def finish(process: asyncio.subprocess.Process, started: float) -> Run:
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=RUN_LIMIT)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert process.returncode is not None
+    return Run(process.returncode, stderr.decode().splitlines(), stdout.decode(), elapsed)
+
+
+async def run(env: dict[str, str], *args: str) -> Run:
+    started = asyncio.get_running_loop().time()
+    return await finish(await spawn(env, *args), started)
+
+
+GRANTED_LINE = re.compile(r"stagger: granted start-up slot for ns/pod after \d+\.\ds")
+
+
+async def test_granted_after_a_few_423s(lockd: FakeLockd, closed_url: str) -> None:
+    lockd.script = [locked(position=3), locked(position=2), locked(position=1), GRANTED]
+    # The flag must win over the env var, which points nowhere.
+    result = await run(environment(closed_url, POD_UID="u-1"), "--lockd-url", lockd.url)
+    assert result.code == 0
+    assert result.lines[0] == f"stagger: waiting for a start-up slot for ns/pod: {BUSY} (queue position 3)"
+    assert GRANTED_LINE.fullmatch(result.lines[1])
+    assert len(result.lines) == 2
+    assert lockd.queries == [{"namespace": "ns", "name": "pod", "uid": "u-1", "wait": "30"}] * 4
+
+
+async def test_one_line_per_change_of_state(lockd: FakeLockd) -> None:
+    cpu = "cpu load 93% over 80% (cpu)"
+    lockd.script = [
+        Answer(500, {"error": "boom"}),
+        Answer(500, {"error": "boom again"}),
+        *[locked(position=p) for p in (5, 4, 3)],
+        *[locked(cpu, position=p) for p in (2, 1)],
+        GRANTED,
+    ]
+    result = await run(environment(lockd.url))
+    assert result.code == 0
+    assert len(result.lines) == 4
+    assert result.lines[0] == (
+        f"stagger: lockd at {lockd.url} is failing (HTTP 500: boom); "
+        "retrying with backoff (at most 10.0s) for up to max-wait"
+    )
+    assert re.fullmatch(
+        rf"stagger: lockd reachable again after \d+\.\ds; "
+        rf"waiting for a start-up slot for ns/pod: {re.escape(BUSY)} \(queue position 5\)",
+        result.lines[1],
+    )
+    assert (
+        result.lines[2] == f"stagger: still waiting for a start-up slot for ns/pod: {cpu} (queue position 2)"
+    )
+    assert GRANTED_LINE.fullmatch(result.lines[3])
+    assert len(lockd.queries) == 8
+
+
+def assert_gave_up(result: Run, *, max_wait: float, says: str) -> None:
+    assert result.code == 0
+    warnings = [line for line in result.lines if line.startswith("stagger: warning: ")]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("stagger: warning: proceeding without a start-up slot for ns/pod: waited ")
+    assert says in warnings[0]
+    assert warnings[0].endswith("(fail-open)")
+    assert max_wait <= result.elapsed < max_wait + 4.0
+
+
+async def test_always_locked_gives_up_after_max_wait(lockd: FakeLockd) -> None:
+    lockd.script = [locked()]
+    result = await run(environment(lockd.url, STAGGER_MAX_WAIT="2s"))
+    assert_gave_up(result, max_wait=2.0, says=f"without getting a slot; lockd's last answer: {BUSY}")
+    assert result.lines[0] == f"stagger: waiting for a start-up slot for ns/pod: {BUSY} (queue position 1)"
+    assert len(result.lines) == 2
+
+
+async def test_nothing_listening_gives_up_after_max_wait(closed_url: str) -> None:
+    result = await run(environment(closed_url, STAGGER_MAX_WAIT="2"))
+    assert_gave_up(result, max_wait=2.0, says="could not be reached all along: Connection refused")
+    assert result.lines[0].startswith(f"stagger: lockd at {closed_url} unreachable (Connection refused); ")
+    assert len(result.lines) == 2
+
+
+async def test_lockd_that_never_answers_cannot_hold_past_max_wait(lockd: FakeLockd) -> None:
+    lockd.script = [HANG]
+    result = await run(environment(lockd.url, STAGGER_MAX_WAIT="2s"))
+    assert_gave_up(result, max_wait=2.0, says="could not be reached all along: no answer within 2.0s")
+    # The long poll was shortened to end before max-wait (by at least the answer margin, 0.5 s).
+    assert lockd.queries == [{"namespace": "ns", "name": "pod", "wait": "1"}]
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        pytest.param(400, "wait must be between 0 and 60", id="400 bad parameters"),
+        pytest.param(403, "pod ns/pod is not on node n1", id="403 identity check failed"),
+    ],
+)
+async def test_rejection_fails_open_at_once(lockd: FakeLockd, status: int, error: str) -> None:
+    lockd.script = [Answer(status, {"error": error})]
+    result = await run(environment(lockd.url))
+    assert result.code == 0
+    assert result.lines == [
+        f"stagger: error: proceeding without a start-up slot for ns/pod: lockd rejected the request "
+        f"(HTTP {status}: {error}); asking again will not fix this (fail-open)"
+    ]
+    assert result.elapsed < 5.0
+    assert len(lockd.queries) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        pytest.param(environment(None), "STAGGER_LOCKD_URL (or --lockd-url) is required", id="nothing set"),
+        pytest.param(
+            environment("http://127.0.0.1:1", STAGGER_MAX_WAIT="ten minutes"),
+            "STAGGER_MAX_WAIT: not a duration",
+            id="bad duration",
+        ),
+    ],
+)
+async def test_bad_config_fails_open_with_one_error_line(env: dict[str, str], named: str) -> None:
+    result = await run(env)
+    assert result.code == 0
+    [line] = result.lines
+    assert line.startswith("stagger: error: invalid configuration (")
+    assert named in line
+    assert line.endswith("; proceeding without a start-up slot (fail-open)")
+
+
+async def test_sigterm_during_a_long_poll_exits_promptly(lockd: FakeLockd) -> None:
+    lockd.script = [HANG]
+    started = asyncio.get_running_loop().time()
+    process = await spawn(environment(lockd.url))
+    await asyncio.wait_for(lockd.asked.wait(), timeout=RUN_LIMIT)
+    await assert_stops_on_sigterm(process, started)
+
+
+async def test_sigterm_during_a_sleep_exits_promptly(lockd: FakeLockd) -> None:
+    lockd.script = [locked(retry_after="60")]
+    started = asyncio.get_running_loop().time()
+    process = await spawn(environment(lockd.url))
+    assert process.stderr is not None
+    # The client logs this line just before it sleeps for 30..60 s.
+    waiting = await asyncio.wait_for(process.stderr.readline(), timeout=RUN_LIMIT)
+    assert waiting.decode().startswith("stagger: waiting for a start-up slot for ns/pod: ")
+    await assert_stops_on_sigterm(process, started)
+
+
+async def assert_stops_on_sigterm(process: asyncio.subprocess.Process, started: float) -> None:
+    process.send_signal(signal.SIGTERM)
+    signalled = asyncio.get_running_loop().time()
+    result = await finish(process, started)
+    assert result.elapsed - (signalled - started) < 3.0
+    assert result.code == 128 + signal.SIGTERM
+    assert result.lines == ["stagger: stopped by SIGTERM while waiting for ns/pod"]
+
+
+async def test_help_starts_fast() -> None:
+    result = await run(environment(None), "--help")
+    assert result.code == 0
+    assert result.stdout.startswith("usage: python -m initclient")
+    assert result.elapsed < 2.0  # generous; it measures about 0.2 s
