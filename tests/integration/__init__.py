@@ -1,0 +1,1 @@
+"""Parts run together as real processes."""
