@@ -1,0 +1,437 @@
+"""Thin async Kubernetes REST helpers on aiohttp: where the API server is and how to authenticate
+(kubeconfig through the official client's loader, or in-cluster service account), JSON requests, and
+watch streams. No generated models: objects stay the JSON dicts the API serves, which is what the pure
+parts of stagger read."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+from urllib.parse import quote
+
+import aiohttp
+
+logger = logging.getLogger(__name__)
+
+PatchType = Literal["merge", "strategic", "json"]
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+
+_PATCH_CONTENT_TYPES: dict[PatchType, str] = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Bound service account tokens rotate (about hourly); re-reading the file this often keeps us current.
+TOKEN_REFRESH_SECONDS = 60.0
+
+
+class WatchEvent(TypedDict):
+    type: WatchEventType
+    object: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [base]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+PODS = Resource("", "v1", "pods", "Pod")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+EVENTS = Resource("", "v1", "events", "Event")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
+DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+
+BY_KIND: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        PODS,
+        NODES,
+        NAMESPACES,
+        EVENTS,
+        CONFIGMAPS,
+        DEPLOYMENTS,
+        REPLICASETS,
+        DAEMONSETS,
+        JOBS,
+        PDBS,
+        LEASES,
+    )
+}
+
+
+class ApiError(Exception):
+    """A non-2xx answer; `status` is the HTTP code, `reason` the Status reason (e.g. NotFound)."""
+
+    def __init__(
+        self, *, status: int, reason: str, message: str, body: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = dict(body or {})
+
+
+class ConfigError(ValueError):
+    """No usable cluster configuration; the message says what was looked at."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to reach and authenticate to one API server."""
+
+    server: str
+    token: str | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    ca_data: str | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    verify: bool = True
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not self.server.startswith("https://"):
+            return False
+        if not self.verify:
+            return False
+        context = ssl.create_default_context(
+            cafile=str(self.ca_file) if self.ca_file else None, cadata=self.ca_data or None
+        )
+        if self.client_cert:
+            context.load_cert_chain(str(self.client_cert), str(self.client_key) if self.client_key else None)
+        return context
+
+
+def in_cluster_config(
+    *, environ: Mapping[str, str] = os.environ, directory: Path = SERVICE_ACCOUNT_DIR
+) -> ClusterConfig:
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    token_file = directory / "token"
+    if not host or not port or not token_file.exists():
+        raise ConfigError(
+            "not running in a cluster (no KUBERNETES_SERVICE_HOST/PORT or no service account token at "
+            f"{token_file}); pass --kubeconfig"
+        )
+    host = f"[{host}]" if ":" in host else host
+    ca = directory / "ca.crt"
+    return ClusterConfig(
+        server=f"https://{host}:{port}", token_file=token_file, ca_file=ca if ca.exists() else None
+    )
+
+
+def kubeconfig_config(path: Path, *, context: str | None = None) -> ClusterConfig:
+    """Reads a kubeconfig with the official client's loader (it knows every auth form a kubeconfig can hold)."""
+    # Imported here: the official client is heavy and only the kubeconfig loader is needed.
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    if not path.exists():
+        raise ConfigError(f"kubeconfig {path} does not exist")
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(path), context=context, client_configuration=configuration
+        )
+    except Exception as err:  # the loader raises a variety of types for a bad file
+        raise ConfigError(f"kubeconfig {path}: {err}") from err
+    authorization = (configuration.api_key or {}).get("authorization") or configuration.api_key.get(
+        "BearerToken"
+    )
+    token = None
+    if authorization:
+        token = str(authorization).removeprefix("Bearer ").strip()
+    return ClusterConfig(
+        server=str(configuration.host).rstrip("/"),
+        token=token,
+        ca_file=Path(configuration.ssl_ca_cert) if configuration.ssl_ca_cert else None,
+        client_cert=Path(configuration.cert_file) if configuration.cert_file else None,
+        client_key=Path(configuration.key_file) if configuration.key_file else None,
+        verify=bool(configuration.verify_ssl),
+    )
+
+
+def load_config(*, kubeconfig: Path | None) -> ClusterConfig:
+    return kubeconfig_config(kubeconfig) if kubeconfig is not None else in_cluster_config()
+
+
+@dataclass
+class _Token:
+    config: ClusterConfig
+    value: str | None = None
+    read_at: float = field(default=-1e18)
+
+    def get(self) -> str | None:
+        if self.config.token_file is None:
+            return self.config.token
+        now = time.monotonic()
+        if now - self.read_at >= TOKEN_REFRESH_SECONDS:
+            try:
+                self.value = self.config.token_file.read_text().strip()
+                self.read_at = now
+            except OSError as err:
+                logger.warning("cannot read service account token %s: %s", self.config.token_file, err)
+        return self.value
+
+
+class RestClient:
+    """JSON requests against one API server; the caller owns the `aiohttp.ClientSession`."""
+
+    def __init__(
+        self, *, session: aiohttp.ClientSession, config: ClusterConfig, request_timeout: float = 30.0
+    ) -> None:
+        self._session = session
+        self._base = config.server.rstrip("/")
+        self._ssl = config.ssl_context()
+        self._token = _Token(config)
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+
+    @classmethod
+    def for_url(
+        cls, *, session: aiohttp.ClientSession, base_url: str, request_timeout: float = 30.0
+    ) -> RestClient:
+        return cls(session=session, config=ClusterConfig(server=base_url), request_timeout=request_timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self._base
+
+    def _headers(self, *, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        token = self._token.get()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body)
+        async with self._session.request(
+            method,
+            self._base + path,
+            params=params,
+            data=data,
+            headers=self._headers(content_type=content_type if data is not None else None),
+            timeout=self._timeout,
+            ssl=self._ssl,
+        ) as resp:
+            text = await resp.text()
+            parsed = _parse_json(text)
+            if resp.status >= 400:
+                raise ApiError(
+                    status=resp.status,
+                    reason=str(parsed.get("reason") or resp.reason or ""),
+                    message=str(parsed.get("message") or text[:300]),
+                    body=parsed,
+                )
+            return parsed
+
+    async def get(self, resource: Resource, *, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return await self.request("GET", resource.path(namespace=namespace, name=name))
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
+        params = _selectors(label_selector=label_selector, field_selector=field_selector)
+        return await self.request("GET", resource.path(namespace=namespace), params=params)
+
+    async def create(
+        self, resource: Resource, body: Mapping[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        return await self.request("POST", resource.path(namespace=namespace), body=body)
+
+    async def patch(
+        self,
+        resource: Resource,
+        *,
+        name: str,
+        patch: object,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> dict[str, Any]:
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        *,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation: Literal["Background", "Foreground", "Orphan"] | None = None,
+        uid: str | None = None,
+    ) -> dict[str, Any]:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if propagation is not None:
+            options["propagationPolicy"] = propagation
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        return await self.request("DELETE", resource.path(namespace=namespace, name=name), body=options)
+
+    async def bind(self, *, namespace: str, name: str, node: str) -> dict[str, Any]:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        return await self.request(
+            "POST", PODS.path(namespace=namespace, name=name, subresource="binding"), body=binding
+        )
+
+    async def evict(self, *, namespace: str, name: str) -> dict[str, Any]:
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        return await self.request(
+            "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=eviction
+        )
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Watch events from `resource_version`; ends when the server closes the stream.
+
+        A `410 Gone` comes either as an HTTP error or as an `ERROR` event: both raise `ApiError`.
+        """
+        params = _selectors(label_selector=label_selector, field_selector=field_selector)
+        params.update(
+            {
+                "watch": "true",
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(timeout_seconds),
+            }
+        )
+        # The server ends the stream after timeout_seconds; the client bound is only a safety net.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_seconds + 30)
+        async with self._session.get(
+            self._base + resource.path(namespace=namespace),
+            params=params,
+            timeout=timeout,
+            headers=self._headers(content_type=None),
+            ssl=self._ssl,
+        ) as resp:
+            if resp.status >= 400:
+                parsed = _parse_json(await resp.text())
+                raise ApiError(
+                    status=resp.status,
+                    reason=str(parsed.get("reason") or resp.reason or ""),
+                    message=str(parsed.get("message") or ""),
+                    body=parsed,
+                )
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    event = _parse_event(line)
+                    if event is not None:
+                        yield event
+            event = _parse_event(buffer)
+            if event is not None:
+                yield event
+
+
+def _parse_event(line: bytes) -> WatchEvent | None:
+    line = line.strip()
+    if not line:
+        return None
+    raw = json.loads(line)
+    obj = raw.get("object") or {}
+    if raw.get("type") == "ERROR":
+        raise ApiError(
+            status=int(obj.get("code") or 500),
+            reason=str(obj.get("reason") or ""),
+            message=str(obj.get("message") or ""),
+            body=obj,
+        )
+    return WatchEvent(type=raw["type"], object=obj)
+
+
+def _parse_json(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _selectors(*, label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    return params
