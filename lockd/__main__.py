@@ -10,7 +10,7 @@ from aiohttp import web
 
 from lockd import app as lockd_app
 from lockd.settings import SettingsError, parse_settings
-from stagger import policy
+from stagger import kube, policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,17 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not settings.standalone:
-        print(
-            "lockd: cluster mode (identifying pods through the API server) is not available in this version; "
-            "run with --standalone (or STAGGER_STANDALONE=true)",
-            file=sys.stderr,
-        )
-        return 2
     try:
         application = lockd_app.make_app(settings)
     except policy.PolicyError as err:
         print(f"lockd: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
+        return 2
+    except kube.ConfigError as err:
+        print(f"lockd: cannot reach the cluster: {err} (or run with --standalone)", file=sys.stderr)
         return 2
     print(
         f"lockd ({'standalone' if settings.standalone else 'cluster'}) on http://{settings.host}:{settings.port} "

@@ -34,8 +34,12 @@ class Metrics:
         self.slots_ended = Counter(
             "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", ["why"], registry=r
         )
-        self.cpu_load = Gauge("stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent.", registry=r)
-        self.io_load = Gauge("stagger_lockd_io_load_percent", "Last sampled IO pressure percent.", registry=r)
+        self.cpu_load = Gauge(
+            "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading).", registry=r
+        )
+        self.io_load = Gauge(
+            "stagger_lockd_io_load_percent", "Last sampled IO pressure percent (-1: no reading).", registry=r
+        )
         self.policy_reloads = Counter(
             "stagger_lockd_policy_reloads",
             "Policy file reloads, by result: ok, error.",

@@ -1,9 +1,12 @@
 """The lock service: the ledger, the node throttles and the active policy, plus the wake-ups that make the
 long poll answer within milliseconds of a slot freeing.
 
-Decisions are made by the pure parts (`ledger`, `stagger.throttles`, `stagger.policy`); this module keeps
-their state between requests, counts, logs decisions, and wakes waiting long polls when anything that
-could change an answer happens (a release, an expiry, a grant, a new load sample, a policy reload).
+Decisions are made by the pure parts (`ledger`, `stagger.throttles`, `stagger.policy`, `lockd.pods`);
+this module keeps their state between requests, counts, logs decisions, and wakes waiting long polls when
+anything that could change an answer happens (a release, an expiry, a grant, a new load sample, a policy
+reload, a pod change). In cluster mode a `Finisher` completes each grant (group pacer, pod patch) while
+the slot is reserved, and a `NodeState` adds what the pods on the node say (countAllStarting,
+waitForDaemonSets).
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
 
 from lockd import ledger
 from lockd.metrics import Metrics
+from lockd.pods import HeldSlot, Stage
 from stagger import policy, throttles
 
 logger = logging.getLogger(__name__)
+
+# How soon to look again at the DaemonSet gate when nothing else wakes us (pod events usually do).
+DAEMONSET_RETRY_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,59 @@ def choose_node_policy(
     return ActivePolicy(
         chosen,
         source,
-        f"highest-priority nodePolicies entry of {source} whose nodeSelector matches "
-        f"(priority {chosen.priority})",
+        f"highest-priority nodePolicies entry of {source} whose nodeSelector matches (priority {chosen.priority})",
     )
+
+
+def daemonset_verdict(waiting: list[str]) -> throttles.Verdict:
+    if not waiting:
+        return throttles.ALLOWED
+    shown = ", ".join(waiting[:5]) + (f" and {len(waiting) - 5} more" if len(waiting) > 5 else "")
+    return throttles.Verdict(
+        allowed=False,
+        reason=f"waiting for DaemonSet pods on this node to be Ready: {shown} (waitForDaemonSets)",
+        throttle="daemonSets",
+        retry_after=DAEMONSET_RETRY_SECONDS,
+    )
+
+
+class NodeState(Protocol):
+    """What the pods on the node say beyond the slots lockd holds (cluster mode)."""
+
+    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int: ...
+
+    def daemonsets_waiting(self) -> list[str]: ...
+
+
+class Finisher(Protocol):
+    """Completes a reserved grant (asks the group pacer, records the grant on the pod) or says why not."""
+
+    async def finish(self, slot: ledger.Slot, *, wall: float) -> throttles.Verdict: ...
+
+
+class Announcer(Protocol):
+    def waiting(self, waiter: ledger.Waiter) -> None: ...
+
+    def granted(self, slot: ledger.Slot, *, node_policy: policy.NodePolicy) -> None: ...
+
+
+class NoNodeState:
+    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
+        return 0
+
+    def daemonsets_waiting(self) -> list[str]:
+        return []
+
+
+class Silent:
+    def waiting(self, waiter: ledger.Waiter) -> None:
+        return None
+
+    def granted(self, slot: ledger.Slot, *, node_policy: policy.NodePolicy) -> None:
+        return None
+
+
+EndReason = Literal["released", "ready", "finished", "deleted"]
 
 
 class Wakeup:
@@ -88,6 +146,10 @@ class LockService:
         metrics: Metrics,
         waiter_idle_timeout: float,
         load: Callable[[], throttles.LoadSample],
+        node_state: NodeState | None = None,
+        finisher: Finisher | None = None,
+        announcer: Announcer | None = None,
+        ready: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -96,9 +158,14 @@ class LockService:
         self.clock = clock
         self.wall = wall
         self._load = load
+        self.node_state: NodeState = node_state or NoNodeState()
+        self.finisher = finisher
+        self.announcer: Announcer = announcer or Silent()
         self.ledger = ledger.Ledger(waiter_idle_timeout=waiter_idle_timeout)
         self.counters = Counters()
         self.closing = False
+        # Cluster mode: no grant before the pods on the node have been listed and held slots rebuilt.
+        self.ready = ready
         self.wakeup = Wakeup()
         self._anonymous_ids = itertools.count(1)
         self.active = active
@@ -115,8 +182,9 @@ class LockService:
         return self.active.node_policy
 
     def _count(self, **increments: int) -> None:
-        values = {name: getattr(self.counters, name) + increments.get(name, 0) for name in increments}
-        self.counters = Counters(**{**self.counters.__dict__, **values})
+        self.counters = replace(
+            self.counters, **{name: getattr(self.counters, name) + n for name, n in increments.items()}
+        )
 
     def _publish(self) -> None:
         self.metrics.slots_in_use.set(len(self.ledger.slots))
@@ -124,42 +192,102 @@ class LockService:
         self.metrics.slot_limit.set(-1 if self.throttle.limit is None else self.throttle.limit)
 
     def _check(self, in_use: int) -> throttles.Verdict:
-        return self.throttle.check(in_use=in_use)
+        node_policy = self.node_policy
+        if node_policy.wait_for_daemonsets:
+            gate = daemonset_verdict(self.node_state.daemonsets_waiting())
+            if not gate.allowed:
+                return gate
+        extra = 0
+        if node_policy.count_all_starting:
+            extra = self.node_state.starting_elsewhere(node_policy, set(self.ledger.slots))
+        verdict = self.throttle.check(in_use=in_use + extra)
+        if extra and verdict.throttle == "maxConcurrent":
+            verdict = replace(
+                verdict,
+                reason=(
+                    f"{in_use + extra} of {self.throttle.limit} slots in use: {in_use} granted + {extra} other "
+                    "pods starting (maxConcurrent, countAllStarting)"
+                ),
+            )
+        return verdict
 
     # --- requests -----------------------------------------------------------------------------------
 
-    def ask(self, *, namespace: str, name: str, uid: str) -> ledger.Outcome:
-        outcome = self.ledger.ask(
-            key=(namespace, name),
+    def _granted(self, slot: ledger.Slot) -> ledger.Granted:
+        self._count(granted=1)
+        self.metrics.wait_seconds.observe(slot.waited)
+        logger.info(
+            "granted %s/%s after %.1fs (%d of %s slots in use, policy %s)",
+            slot.namespace,
+            slot.name,
+            slot.waited,
+            len(self.ledger.slots),
+            self.throttle.limit if self.throttle.limit is not None else "unlimited",
+            self.node_policy.name,
+        )
+        self.announcer.granted(slot, node_policy=self.node_policy)
+        # The next waiter in line may be allowed too (several free slots): let it re-check now.
+        self.wakeup.notify()
+        return ledger.Granted(slot=slot, new=True)
+
+    async def ask(self, *, namespace: str, name: str, uid: str) -> ledger.Outcome:
+        key = (namespace, name)
+        result = self.ledger.ask(
+            key=key,
             uid=uid,
             now=self.clock(),
             wall=self.wall(),
             hold_timeout=self.node_policy.hold_timeout,
             check=self._check,
             on_grant=self.throttle.commit,
+            reserve=self.finisher is not None,
         )
-        if isinstance(outcome, ledger.Granted) and outcome.new:
-            self._count(granted=1)
-            self.metrics.wait_seconds.observe(outcome.slot.waited)
-            logger.info(
-                "granted %s/%s after %.1fs (%d of %s slots in use, policy %s)",
-                namespace,
-                name,
-                outcome.slot.waited,
-                len(self.ledger.slots),
-                self.throttle.limit if self.throttle.limit is not None else "unlimited",
-                self.node_policy.name,
-            )
-            # The next waiter in line may be allowed too (several free slots): let it re-check now.
-            self.wakeup.notify()
+        if isinstance(result, ledger.Reserved):
+            result = await self._finish(result.slot)
+        elif isinstance(result, ledger.Granted) and result.new:
+            result = self._granted(result.slot)
+        if isinstance(result, ledger.Denied):
+            waiter = self.ledger.queue.get(key)
+            if waiter is not None and not waiter.announced:
+                waiter.announced = True
+                self.announcer.waiting(waiter)
         self._publish()
-        return outcome
+        return result
+
+    async def _finish(self, slot: ledger.Slot) -> ledger.Outcome:
+        assert self.finisher is not None
+        key = (slot.namespace, slot.name)
+        wall = self.wall()
+        verdict = await self.finisher.finish(slot, wall=wall)
+        now = self.clock()
+        if verdict.allowed:
+            confirmed = self.ledger.confirm(key, now=now, wall=wall)
+            if confirmed is not None:
+                return self._granted(confirmed)
+            verdict = throttles.Verdict(
+                allowed=False, reason="the pod changed while its grant was being recorded", retry_after=1.0
+            )
+        self.ledger.cancel(
+            key,
+            now=now,
+            blocked_until=now + verdict.retry_after,
+            reason=verdict.reason,
+            throttle=verdict.throttle,
+        )
+        # The reserved slot is free again: the next waiter may take it.
+        self.wakeup.notify()
+        return ledger.Denied(
+            reason=verdict.reason,
+            position=self.ledger.position(key) or 1,
+            retry_after=verdict.retry_after,
+            throttle=verdict.throttle,
+        )
 
     async def wait_for_slot(self, *, namespace: str, name: str, uid: str, wait: float) -> ledger.Outcome:
         """Long poll: ask, and keep asking on every wake-up until granted or `wait` seconds have passed."""
         key = (namespace, name)
         deadline = self.clock() + wait
-        outcome = self.ask(namespace=namespace, name=name, uid=uid)
+        outcome = await self.ask(namespace=namespace, name=name, uid=uid)
         waiter = self.ledger.queue.get(key)
         if waiter is not None:
             waiter.polling += 1
@@ -168,14 +296,14 @@ class LockService:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     break
-                # Rate and load denials change with time, not with events: re-check when they may have.
+                # Slot denials change with events; rate, load, gate and group denials with time.
                 timeout = (
                     remaining
                     if outcome.throttle in (None, "maxConcurrent")
                     else min(remaining, max(0.05, outcome.retry_after))
                 )
                 await self.wakeup.wait(timeout)
-                outcome = self.ask(namespace=namespace, name=name, uid=uid)
+                outcome = await self.ask(namespace=namespace, name=name, uid=uid)
         finally:
             if waiter is not None:
                 waiter.polling -= 1
@@ -202,35 +330,83 @@ class LockService:
         self._publish()
         return outcome
 
-    def release(self, *, namespace: str, name: str) -> ledger.Slot | None:
-        slot = self.ledger.release((namespace, name))
-        if slot is not None:
-            self._count(released=1)
-            self.metrics.slots_ended.labels(why="released").inc()
-            logger.info("released %s/%s after %.1fs", namespace, name, self.clock() - slot.granted_at)
-            self.wakeup.notify()
-            self._publish()
+    def release(self, *, namespace: str, name: str, why: EndReason = "released") -> ledger.Slot | None:
+        slot = self.ledger.slots.get((namespace, name))
+        if slot is None or slot.pending:
+            return None
+        self.ledger.release((namespace, name))
+        self._count(released=1)
+        self.metrics.slots_ended.labels(why=why).inc()
+        logger.info(
+            "slot of %s/%s ended (%s) after %.1fs", namespace, name, why, self.clock() - slot.granted_at
+        )
+        self.wakeup.notify()
+        self._publish()
         return slot
+
+    # --- pods (cluster mode) ------------------------------------------------------------------------
+
+    def pod_changed(self, key: ledger.PodKey, stage: Stage) -> None:
+        """A pod on the node changed: its slot ends when it is Ready (not before minHold), finished or gone."""
+        if stage == "starting":
+            # Another pod starting (countAllStarting) or a DaemonSet pod changing can change answers.
+            self.wakeup.notify()
+            return
+        slot = self.ledger.slots.get(key)
+        if slot is not None and not slot.pending:
+            hold_until = slot.granted_at + self.node_policy.min_hold
+            if stage == "ready" and self.clock() < hold_until:
+                slot.release_at = hold_until
+            else:
+                self.release(namespace=key[0], name=key[1], why=stage)
+        if stage in ("finished", "deleted") and self.ledger.leave_queue(key) is not None:
+            logger.info("%s/%s left the queue: pod %s", key[0], key[1], stage)
+        self.wakeup.notify()
+        self._publish()
+
+    def restore(self, held: list[HeldSlot]) -> None:
+        """After a restart: slots recorded on pods (`granted-at`) count again, with their original age."""
+        now, wall = self.clock(), self.wall()
+        for item in held:
+            key = (item.namespace, item.name)
+            if key in self.ledger.slots:
+                continue
+            granted_at = now - max(0.0, wall - item.granted_wall)
+            self.ledger.slots[key] = ledger.Slot(
+                namespace=item.namespace,
+                name=item.name,
+                uid=item.uid,
+                granted_at=granted_at,
+                granted_wall=item.granted_wall,
+                expires_at=granted_at + self.node_policy.hold_timeout,
+            )
+        if held:
+            logger.info("rebuilt %d held slots from the pods on this node", len(held))
+        self._publish()
 
     # --- time and configuration -----------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Ends expired slots and forgets idle waiters; called by a background task."""
+        """Ends due and expired slots and forgets idle waiters; called by a background task."""
         now = self.clock()
+        due = self.ledger.due_releases(now)
+        for slot in due:
+            self.metrics.slots_ended.labels(why="ready").inc()
+            logger.info("slot of %s/%s ended (ready, after minHold)", slot.namespace, slot.name)
         expired = self.ledger.expire(now)
         for slot in expired:
             logger.warning(
-                "slot of %s/%s expired after holdTimeout %.0fs without being released",
+                "slot of %s/%s expired after %.0fs without being released (holdTimeout)",
                 slot.namespace,
                 slot.name,
-                self.node_policy.hold_timeout if not slot.anonymous else now - slot.granted_at,
+                now - slot.granted_at,
             )
             self.metrics.slots_ended.labels(why="expired").inc()
         idle = self.ledger.prune_waiters(now)
         for waiter in idle:
             logger.info("%s/%s left the queue: it stopped asking", waiter.namespace, waiter.name)
-        if expired or idle:
-            self._count(expired=len(expired))
+        if due or expired or idle:
+            self._count(released=len(due), expired=len(expired))
             self.wakeup.notify()
             self._publish()
 

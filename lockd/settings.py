@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stagger import durations
+from stagger.names import DEFAULT_PREFIX, Names
 
 
 class SettingsError(ValueError):
@@ -32,15 +33,25 @@ class Settings:
     reload_interval: float = 5.0
     shutdown_timeout: float = 5.0
     log_level: str = "info"
+    # Cluster mode.
+    kubeconfig: Path | None = None
+    prefix: str = DEFAULT_PREFIX
+    own_pod: tuple[str, str] | None = None
+    controller_url: str | None = None
+    controller_token_file: Path | None = None
+    controller_timeout: float = 5.0
+    group_unavailable_after: float = 30.0
+    group_failure_policy: str = "open"
+    events: bool = True
 
 
-def _env_bool(value: str) -> bool:
+def _env_bool(value: str, *, name: str = "STAGGER_STANDALONE") -> bool:
     lowered = value.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
         return True
     if lowered in {"", "0", "false", "no", "off"}:
         return False
-    raise SettingsError(f"STAGGER_STANDALONE: expected true or false (got {value!r})")
+    raise SettingsError(f"{name}: expected true or false (got {value!r})")
 
 
 def _listen(text: str, *, name: str) -> tuple[str, int]:
@@ -135,6 +146,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="time allowed to finish requests on SIGTERM (default 5s) [STAGGER_SHUTDOWN_TIMEOUT]",
     )
     add(
+        "--kubeconfig",
+        metavar="FILE",
+        help="cluster mode: kubeconfig to reach the API server (default: in-cluster service account) "
+        "[STAGGER_KUBECONFIG or KUBECONFIG]",
+    )
+    add(
+        "--prefix",
+        metavar="PREFIX",
+        help=f"label/annotation prefix (default {DEFAULT_PREFIX}) [STAGGER_PREFIX]",
+    )
+    add(
+        "--controller-url",
+        metavar="URL",
+        help="cluster mode: the controller's group pacer service, e.g. https://stagger-controller.stagger:8443 "
+        "[STAGGER_CONTROLLER_URL]",
+    )
+    add(
+        "--controller-token-file",
+        metavar="FILE",
+        help="bearer token sent to the controller (a mounted service account token) [STAGGER_CONTROLLER_TOKEN_FILE]",
+    )
+    add(
+        "--controller-timeout",
+        metavar="DURATION",
+        help="time limit of one group grant request (default 5s) [STAGGER_CONTROLLER_TIMEOUT]",
+    )
+    add(
+        "--group-unavailable-after",
+        metavar="DURATION",
+        help="how long the controller may be unreachable before --group-failure-policy applies (default 30s) "
+        "[STAGGER_GROUP_UNAVAILABLE_AFTER]",
+    )
+    add(
+        "--group-failure-policy",
+        metavar="open|closed",
+        help="controller unreachable: open = node throttles alone decide (default), closed = grouped pods wait "
+        "[STAGGER_GROUP_FAILURE_POLICY]",
+    )
+    add(
+        "--no-events",
+        action="store_true",
+        default=None,
+        help="do not write Events on pods [STAGGER_NO_EVENTS]",
+    )
+    add(
         "--log-level",
         metavar="LEVEL",
         help="debug, info, warning or error (default info) [STAGGER_LOG_LEVEL]",
@@ -178,6 +234,26 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             raise SettingsError(f"{name}: must be greater than {minimum:g}s (got {text!r})")
         return value
 
+    kubeconfig = pick(args.kubeconfig, "STAGGER_KUBECONFIG") or environ.get("KUBECONFIG") or None
+    prefix = pick(args.prefix, "STAGGER_PREFIX") or DEFAULT_PREFIX
+    try:
+        Names(prefix)
+    except ValueError as err:
+        raise SettingsError(f"--{err}") from err
+    own_namespace, own_name = environ.get("POD_NAMESPACE"), environ.get("POD_NAME")
+    failure_policy = (pick(args.group_failure_policy, "STAGGER_GROUP_FAILURE_POLICY") or "open").lower()
+    if failure_policy not in ("open", "closed"):
+        raise SettingsError(f"--group-failure-policy: must be open or closed (got {failure_policy!r})")
+    controller_url = pick(args.controller_url, "STAGGER_CONTROLLER_URL")
+    if controller_url and not controller_url.startswith(("http://", "https://")):
+        raise SettingsError(f"--controller-url: must start with http:// or https:// (got {controller_url!r})")
+    token_file = pick(args.controller_token_file, "STAGGER_CONTROLLER_TOKEN_FILE")
+    no_events = (
+        args.no_events
+        if args.no_events is not None
+        else _env_bool(environ.get("STAGGER_NO_EVENTS", ""), name="STAGGER_NO_EVENTS")
+    )
+
     return Settings(
         host=host,
         port=port,
@@ -206,4 +282,23 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             args.shutdown_timeout, "STAGGER_SHUTDOWN_TIMEOUT", defaults.shutdown_timeout, "--shutdown-timeout"
         ),
         log_level=log_level,
+        kubeconfig=Path(kubeconfig) if kubeconfig else None,
+        prefix=prefix,
+        own_pod=(own_namespace, own_name) if own_namespace and own_name else None,
+        controller_url=controller_url,
+        controller_token_file=Path(token_file) if token_file else None,
+        controller_timeout=seconds(
+            args.controller_timeout,
+            "STAGGER_CONTROLLER_TIMEOUT",
+            defaults.controller_timeout,
+            "--controller-timeout",
+        ),
+        group_unavailable_after=seconds(
+            args.group_unavailable_after,
+            "STAGGER_GROUP_UNAVAILABLE_AFTER",
+            defaults.group_unavailable_after,
+            "--group-unavailable-after",
+        ),
+        group_failure_policy=failure_policy,
+        events=not no_events,
     )

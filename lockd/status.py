@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 from lockd import ledger
@@ -21,22 +22,26 @@ class LoadStatus(TypedDict):
     source: str
 
 
-class SlotStatus(TypedDict):
+class SlotStatus(TypedDict, total=False):
     namespace: str
     name: str
     uid: str
     grantedAt: str
     ageSeconds: float
     expiresInSeconds: float
+    pending: bool
+    phase: str  # cluster mode
+    heldBecause: str  # cluster mode
 
 
-class QueueStatus(TypedDict):
+class QueueStatus(TypedDict, total=False):
     namespace: str
     name: str
     uid: str
     position: int
     waitingSeconds: float
     reason: str
+    phase: str  # cluster mode
 
 
 class Status(TypedDict):
@@ -59,36 +64,45 @@ def build_status(
     sample: throttles.LoadSample,
     counters: Counters,
     now: float,
+    details: Callable[[ledger.PodKey], dict[str, str]] | None = None,
 ) -> Status:
     """Pure: the status document from the service's state at monotonic time `now`."""
     described = policy.describe_node_policy(active.node_policy, cores=cores)
+    slots: list[SlotStatus] = []
+    for slot in sorted(book.slots.values(), key=lambda s: s.granted_at):
+        entry: SlotStatus = {
+            "namespace": slot.namespace,
+            "name": slot.name,
+            "uid": slot.uid,
+            "grantedAt": rfc3339(slot.granted_wall),
+            "ageSeconds": round(now - slot.granted_at, 3),
+            "expiresInSeconds": round(max(0.0, slot.expires_at - now), 3),
+            "pending": slot.pending,
+        }
+        if details is not None and not slot.anonymous:
+            found = details((slot.namespace, slot.name))
+            entry["phase"], entry["heldBecause"] = found["phase"], found["heldBecause"]
+        slots.append(entry)
+    queue: list[QueueStatus] = []
+    for position, waiter in enumerate(book.queue.values(), start=1):
+        item: QueueStatus = {
+            "namespace": waiter.namespace,
+            "name": waiter.name,
+            "uid": waiter.uid,
+            "position": position,
+            "waitingSeconds": round(now - waiter.first_seen, 3),
+            "reason": waiter.reason,
+        }
+        if details is not None:
+            item["phase"] = details((waiter.namespace, waiter.name))["phase"]
+        queue.append(item)
     return {
         "node": node,
         "mode": mode,
         "policy": {**described, "source": active.source, "why": active.why, "cores": cores},
         "load": {"cpuPercent": sample.cpu_percent, "ioPercent": sample.io_percent, "source": sample.source},
-        "slots": [
-            {
-                "namespace": slot.namespace,
-                "name": slot.name,
-                "uid": slot.uid,
-                "grantedAt": rfc3339(slot.granted_wall),
-                "ageSeconds": round(now - slot.granted_at, 3),
-                "expiresInSeconds": round(max(0.0, slot.expires_at - now), 3),
-            }
-            for slot in sorted(book.slots.values(), key=lambda s: s.granted_at)
-        ],
-        "queue": [
-            {
-                "namespace": waiter.namespace,
-                "name": waiter.name,
-                "uid": waiter.uid,
-                "position": position,
-                "waitingSeconds": round(now - waiter.first_seen, 3),
-                "reason": waiter.reason,
-            }
-            for position, waiter in enumerate(book.queue.values(), start=1)
-        ],
+        "slots": slots,
+        "queue": queue,
         "counters": dict(counters.__dict__),
     }
 
@@ -130,7 +144,7 @@ def render_text(status: Status) -> str:
         out += [
             "  " + line
             for line in _table(
-                ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN"],
+                ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN", "HELD BECAUSE"],
                 [
                     [
                         s["namespace"] or "-",
@@ -139,6 +153,7 @@ def render_text(status: Status) -> str:
                         s["grantedAt"],
                         f"{s['ageSeconds']:.1f}s",
                         f"{s['expiresInSeconds']:.0f}s",
+                        "granting…" if s.get("pending") else s.get("heldBecause", "-"),
                     ]
                     for s in status["slots"]
                 ],

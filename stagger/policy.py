@@ -552,6 +552,11 @@ def load_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise PolicyError([f"{source}: cannot read the policy file: {reason}"], source=source) from error
+    return parse_policy_text(text, source=source)
+
+
+def parse_policy_text(text: str, *, source: str = "<policy>") -> PolicyFile:
+    """Parse and validate a policy file's YAML text; raises PolicyError naming the source (and line)."""
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as error:

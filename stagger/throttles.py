@@ -15,7 +15,9 @@ from typing import Literal
 
 from stagger import policy
 
-ThrottleName = Literal["maxConcurrent", "rateLimit", "cpu", "io"]
+# What said no: a node throttle, or (in cluster mode) the DaemonSet gate, the group pacer, or the API
+# write that records a grant.
+ThrottleName = Literal["maxConcurrent", "rateLimit", "cpu", "io", "daemonSets", "group", "api"]
 
 # How soon a caller denied by a load throttle should ask again: load is sampled about once a second,
 # so asking sooner only burns requests on a node that is already busy.

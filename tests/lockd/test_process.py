@@ -65,7 +65,7 @@ def test_bad_policy_file_is_a_startup_error_naming_the_field(tmp_path: Path) -> 
         ),
         pytest.param(["--standalone", "--sample-interval", "often"], {}, "--sample-interval", id="duration"),
         pytest.param([], {"STAGGER_STANDALONE": "maybe"}, "STAGGER_STANDALONE", id="env-bool"),
-        pytest.param([], {}, "cluster mode", id="no-mode"),
+        pytest.param([], {"KUBERNETES_SERVICE_HOST": ""}, "cannot reach the cluster", id="no-cluster"),
     ],
 )
 def test_bad_settings_are_one_clear_line(args: list[str], env: dict[str, str], message: str) -> None:
