@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from lockd import app as lockd_app
 from lockd.settings import Settings
+from tests.waiting import eventually
 
 
 @dataclass
@@ -71,17 +72,3 @@ def limit_policy(limit: int, *, hold: str = "2m", extra: str = "") -> str:
         f"    maxConcurrent: {{value: {limit}}}\n"
         f"{extra}"
     )
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str = "condition"
-) -> None:
-    """Polls `probe` until it is true; for states that come with time (expiry), not with an event we can await."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await probe():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.lockd.conftest import eventually, limit_policy
+from tests.lockd.conftest import limit_policy
+from tests.waiting import eventually
 
 
 async def test_grant_then_reask_holds_one_slot(start_lockd) -> None:

@@ -4,7 +4,8 @@ and policy reloads that keep held slots (and keep the last good policy when the 
 from __future__ import annotations
 
 from lockd import app as lockd_app
-from tests.lockd.conftest import eventually, limit_policy
+from tests.lockd.conftest import limit_policy
+from tests.waiting import eventually
 
 
 async def test_cpu_load_over_max_denies_with_numbers(start_lockd) -> None:

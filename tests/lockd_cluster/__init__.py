@@ -1,0 +1,1 @@
+"""lockd in cluster mode against the API emulator."""

@@ -1,0 +1,158 @@
+"""Fixtures: the sim API emulator and a cluster-mode lockd app, both real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from lockd import app as lockd_app
+from lockd.settings import Settings
+from sim.apiserver import ApiServer, ApiServerSettings
+from stagger.kube import EVENTS, NODES, PODS, RestClient
+from stagger.names import Names
+from tests.waiting import eventually
+
+NAMES = Names()
+NODE = "node-a"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[ApiServer]:
+    async with ApiServer(ApiServerSettings(port=0)) as server:
+        yield server
+
+
+@pytest.fixture
+async def kube(api: ApiServer) -> AsyncIterator[RestClient]:
+    async with aiohttp.ClientSession() as session:
+        yield RestClient.for_url(session=session, base_url=api.url)
+
+
+async def make_node(
+    kube: RestClient, name: str = NODE, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return await kube.create(
+        NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
+    )
+
+
+async def make_pod(
+    kube: RestClient,
+    name: str,
+    *,
+    node: str = NODE,
+    namespace: str = "default",
+    stagger: bool = True,
+    owner: tuple[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+    if stagger:
+        metadata["labels"][NAMES.enable_label] = "1"
+        metadata["labels"][NAMES.staggered_label] = "1"
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner[0],
+                "name": owner[1],
+                "uid": f"uid-{owner[1]}",
+                "controller": True,
+            }
+        ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example/app:1"}]},
+    }
+    return await kube.create(PODS, pod, namespace=namespace)
+
+
+async def set_ready(
+    kube: RestClient, pod: dict[str, Any], *, ready: bool = True, phase: str = "Running"
+) -> None:
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    await kube.patch(
+        PODS,
+        name=pod["metadata"]["name"],
+        namespace=pod["metadata"]["namespace"],
+        subresource="status",
+        patch={"status": status},
+    )
+
+
+async def pod_events(kube: RestClient, name: str) -> list[str]:
+    listed = await kube.list(EVENTS, namespace="default", field_selector=f"involvedObject.name={name}")
+    return [item["reason"] for item in listed["items"]]
+
+
+@dataclass
+class ClusterLockd:
+    client: TestClient
+    app: web.Application
+    policy_path: Path
+
+    async def status(self) -> dict[str, Any]:
+        response = await self.client.get("/status")
+        return await response.json()
+
+    async def lock(self, pod: dict[str, Any], **extra: str) -> aiohttp.ClientResponse:
+        meta = pod["metadata"]
+        query = {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"], **extra}
+        return await self.client.get("/v1/lock", params=query)
+
+    async def wait_ready(self, within: float = 10.0) -> None:
+        await eventually(lambda: self._ready(), within=within, what="lockd to become ready")
+
+    async def _ready(self) -> bool:
+        return (await self.client.get("/readyz")).status == 200
+
+
+StartLockd = Callable[..., Awaitable[ClusterLockd]]
+
+
+@pytest.fixture
+def start_lockd(api: ApiServer, aiohttp_client, tmp_path: Path) -> StartLockd:
+    kubeconfig = tmp_path / "kubeconfig"
+    api.write_kubeconfig(kubeconfig)
+    load = tmp_path / "load.json"
+    load.write_text(json.dumps({"cpuPercent": 1.0, "ioPercent": 0.0}))
+
+    async def start(policy_yaml: str, *, wait_ready: bool = True, **overrides: Any) -> ClusterLockd:
+        policy_path = tmp_path / "policies.yaml"
+        policy_path.write_text(policy_yaml)
+        settings = Settings(
+            standalone=False,
+            kubeconfig=kubeconfig,
+            node_name=NODE,
+            cores=4,
+            load_file=load,
+            sample_interval=0.05,
+            reload_interval=0.1,
+            policies=policy_path,
+        )
+        settings = replace(settings, **overrides)
+        app = lockd_app.make_app(settings)
+        lockd = ClusterLockd(client=await aiohttp_client(app), app=app, policy_path=policy_path)
+        if wait_ready:
+            await lockd.wait_ready()
+        return lockd
+
+    return start
+
+
+def limit_policy(limit: int, *, extra: str = "", name: str = "test") -> str:
+    return (
+        f"nodePolicies:\n- name: {name}\n  holdTimeout: 2m\n"
+        f"  throttleConfig:\n    maxConcurrent: {{value: {limit}}}\n{extra}"
+    )
