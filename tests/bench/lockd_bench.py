@@ -69,12 +69,24 @@ async def run(*, seconds: float = 10.0) -> dict[str, str]:
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
         policies = Path(tmp) / "policies.yaml"
-        policies.write_text("nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n")
+        policies.write_text(
+            "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("STAGGER_")}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}",
-            "--policies", str(policies), "--log-level", "warning", env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            sys.executable,
+            "-m",
+            "lockd",
+            "--standalone",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--policies",
+            str(policies),
+            "--log-level",
+            "warning",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
         )
         info = psutil.Process(proc.pid)
         connector = aiohttp.TCPConnector(limit=CONNECTIONS + WAITERS + 8)
@@ -83,7 +95,9 @@ async def run(*, seconds: float = 10.0) -> dict[str, str]:
                 await _wait_healthy(session, base)
                 await asyncio.sleep(1.0)
                 rss_rest = info.memory_info().rss
-                async with session.get(f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}) as r:
+                async with session.get(
+                    f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}
+                ) as r:
                     assert r.status == 200, r.status
 
                 async def waiter(i: int) -> tuple[int, float]:
@@ -106,7 +120,9 @@ async def run(*, seconds: float = 10.0) -> dict[str, str]:
                 total, statuses = await _hammer(session, base, seconds)
 
                 released_at = time.monotonic()
-                async with session.delete(f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}) as r:
+                async with session.delete(
+                    f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}
+                ) as r:
                     assert r.status == 200
                 status, answered_at = await tasks[0]
                 handoff_ms = (answered_at - released_at) * 1000

@@ -13,7 +13,6 @@ from aiohttp.test_utils import TestClient
 
 from lockd import app as lockd_app
 from lockd.settings import Settings
-from tests.waiting import eventually
 
 
 @dataclass

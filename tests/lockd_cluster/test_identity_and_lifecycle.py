@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lockd.app import SERVICE
-from stagger.kube import NODES, PODS
+from stagger.kube import PODS
 from tests.lockd_cluster.conftest import (
     NAMES,
     limit_policy,
