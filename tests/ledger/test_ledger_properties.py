@@ -1,7 +1,9 @@
-"""The slot ledger's invariants, checked by hypothesis over random sequences of asks, releases and time.
+"""The slot ledger's invariants, checked by hypothesis over random sequences of asks, reservations
+(confirmed, or cancelled with the pod stepping aside for its group), releases and time.
 
-Covers: never more holders than the limit; grants in first-come-first-served order; re-asking while
-holding is idempotent; expiry frees exactly the expired slots; idle waiters leave the queue.
+Covers: never more holders (granted or reserved) than the limit; grants in first-come-first-served order
+among pods not stepping aside; re-asking while holding is idempotent; expiry frees exactly the expired
+slots; idle waiters leave the queue.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from lockd.ledger import Denied, Granted, Ledger
+from lockd.ledger import Denied, Granted, Ledger, Reserved
 from stagger.throttles import check_concurrency
 
 PODS = [("ns", f"pod-{i}") for i in range(8)]
@@ -23,41 +25,77 @@ class LedgerMachine(RuleBasedStateMachine):
         self.hold = hold
         self.now = 0.0
         self.ledger = Ledger(waiter_idle_timeout=30.0)
-        # The order in which pods first asked and are still waiting: the FIFO model.
+        # The FIFO model: pods in the order they first asked, still waiting (a reserved pod keeps its place).
         self.arrivals: list[tuple[str, str]] = []
+        # Pods stepping aside for their group pacer, until when.
+        self.blocked: dict[tuple[str, str], float] = {}
 
     def _check(self, in_use: int):
         return check_concurrency(limit=self.limit, in_use=in_use)
 
-    @rule(pod=st.sampled_from(PODS))
-    def ask(self, pod: tuple[str, str]) -> None:
-        held_before = pod in self.ledger.slots
+    def _eligible(self) -> list[tuple[str, str]]:
+        return [
+            pod
+            for pod in self.arrivals
+            if self.blocked.get(pod, -1.0) <= self.now and pod not in self.ledger.slots
+        ]
+
+    @rule(pod=st.sampled_from(PODS), reserve=st.booleans())
+    def ask(self, pod: tuple[str, str], reserve: bool) -> None:
+        held = self.ledger.slots.get(pod)
         count_before = len(self.ledger.slots)
-        if not held_before and pod not in self.arrivals:
+        if held is None and pod not in self.arrivals:
             self.arrivals.append(pod)
+        eligible_before = self._eligible()
         outcome = self.ledger.ask(
-            key=pod, uid="u", now=self.now, wall=1000.0 + self.now, hold_timeout=self.hold, check=self._check
+            key=pod,
+            uid="u",
+            now=self.now,
+            wall=1000.0 + self.now,
+            hold_timeout=self.hold,
+            check=self._check,
+            reserve=reserve,
         )
-        if held_before:
+        assert len(self.ledger.slots) >= count_before
+        if held is not None and not held.pending:
+            # Re-asking while holding is idempotent.
             assert isinstance(outcome, Granted) and not outcome.new
             assert len(self.ledger.slots) == count_before
             return
-        if isinstance(outcome, Granted):
-            assert outcome.new
-            # First come, first served: only the oldest waiter can be granted.
-            assert self.arrivals[0] == pod
-            self.arrivals.pop(0)
-        else:
+        if held is not None:
             assert isinstance(outcome, Denied)
-            assert outcome.position == self.arrivals.index(pod) + 1
-            if outcome.position > 1 or count_before >= self.limit:
-                return
-            raise AssertionError("the head of the queue was denied although a slot was free")
+            return
+        if isinstance(outcome, Granted | Reserved):
+            # First come, first served among the pods not stepping aside.
+            assert eligible_before[0] == pod
+            if isinstance(outcome, Granted):
+                assert outcome.new
+                self.arrivals.remove(pod)
+            return
+        assert isinstance(outcome, Denied)
+        assert outcome.position == self.arrivals.index(pod) + 1
+        if eligible_before and eligible_before[0] == pod and count_before < self.limit:
+            raise AssertionError("the first eligible waiter was denied although a slot was free")
 
-    @precondition(lambda self: bool(self.ledger.slots))
+    @precondition(lambda self: any(s.pending for s in self.ledger.slots.values()))
+    @rule(data=st.data(), confirm=st.booleans(), aside=st.floats(min_value=0.1, max_value=30.0))
+    def finish_reservation(self, data: st.DataObject, confirm: bool, aside: float) -> None:
+        key = data.draw(st.sampled_from(sorted(k for k, s in self.ledger.slots.items() if s.pending)))
+        if confirm:
+            slot = self.ledger.confirm(key, now=self.now, wall=1000.0 + self.now)
+            assert slot is not None and not slot.pending
+            self.arrivals.remove(key)
+        else:
+            self.ledger.cancel(
+                key, now=self.now, blocked_until=self.now + aside, reason="group", throttle="group"
+            )
+            assert key not in self.ledger.slots
+            self.blocked[key] = self.now + aside
+
+    @precondition(lambda self: any(not s.pending for s in self.ledger.slots.values()))
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
-        key = data.draw(st.sampled_from(sorted(self.ledger.slots)))
+        key = data.draw(st.sampled_from(sorted(k for k, s in self.ledger.slots.items() if not s.pending)))
         assert self.ledger.release(key) is not None
         assert key not in self.ledger.slots
         assert self.ledger.release(key) is None
@@ -65,9 +103,12 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(dt=st.floats(min_value=0.0, max_value=20.0))
     def advance(self, dt: float) -> None:
         self.now += dt
-        due = {key for key, slot in self.ledger.slots.items() if slot.expires_at <= self.now}
+        due = {
+            key for key, slot in self.ledger.slots.items() if slot.expires_at <= self.now and not slot.pending
+        }
         kept = {key: slot for key, slot in self.ledger.slots.items() if key not in due}
         expired = self.ledger.expire(self.now)
+        # Expiry frees exactly the expired slots.
         assert {(s.namespace, s.name) for s in expired} == due
         assert self.ledger.slots == kept
         idle = self.ledger.prune_waiters(self.now)
@@ -83,7 +124,8 @@ class LedgerMachine(RuleBasedStateMachine):
     def queue_is_the_arrival_order(self) -> None:
         if hasattr(self, "ledger"):
             assert list(self.ledger.queue) == self.arrivals
-            assert not set(self.ledger.queue) & set(self.ledger.slots)
+            granted = {k for k, s in self.ledger.slots.items() if not s.pending}
+            assert not set(self.ledger.queue) & granted
 
 
 TestLedger = LedgerMachine.TestCase
