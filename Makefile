@@ -35,6 +35,9 @@ unit: venv
 
 test: lint typecheck layers unit
 
+demo: venv ## the herd demo: 60 pods on 4 simulated nodes, without and with stagger; writes out/herd-timeline.png
+	$(PY) -m sim herd --out out
+
 bench: venv
 	$(PY) -m tests.bench
 

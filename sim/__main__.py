@@ -9,7 +9,10 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     commands = ("apiserver", "cluster", "herd")
     if not args or args[0] not in commands:
-        print(f"usage: python -m sim {{{','.join(commands)}}} [options]   (add --help after a command)", file=sys.stderr)
+        print(
+            f"usage: python -m sim {{{','.join(commands)}}} [options]   (add --help after a command)",
+            file=sys.stderr,
+        )
         return 2
     command, rest = args[0], args[1:]
     # Imported lazily so that `python -m sim apiserver` does not pay for matplotlib and friends.

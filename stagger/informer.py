@@ -88,6 +88,12 @@ class Informer:
             return
         self._apply("MODIFIED", dict(obj))
 
+    def forget(self, key: str) -> None:
+        """Drop an object the writer knows is gone (its delete succeeded) before the watch says so."""
+        removed = self.store.pop(key, None)
+        if removed is not None:
+            self._notify("DELETED", removed)
+
     async def run(self) -> None:
         """List, then watch for ever (until cancelled)."""
         resource_version: str | None = None

@@ -1,0 +1,272 @@
+"""Kubernetes `Status` errors, shaped exactly like the real API server's (k8s.io/apimachinery/pkg/api/errors).
+
+Each constructor mirrors one `errors.NewXxx` helper: same `reason`, `code`, `message` wording and
+`details` (note that for NotFound/AlreadyExists/Conflict/Forbidden `details.kind` is the *resource*
+name, e.g. "pods", while for Invalid it is the Kind, e.g. "Pod" — the real server does the same).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class StatusCause(TypedDict, total=False):
+    reason: str
+    message: str
+    field: str
+
+
+class StatusDetails(TypedDict, total=False):
+    name: str
+    group: str
+    kind: str
+    uid: str
+    causes: list[StatusCause]
+    retryAfterSeconds: int
+
+
+class Status(TypedDict):
+    kind: Literal["Status"]
+    apiVersion: Literal["v1"]
+    metadata: dict[str, Any]
+    status: Literal["Success", "Failure"]
+    message: NotRequired[str]
+    reason: NotRequired[str]
+    details: NotRequired[StatusDetails]
+    code: int
+
+
+class ApiError(Exception):
+    """An error answered to the client as a `Status` object with `status.code` as the HTTP status."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.get("message", ""))
+        self.status = status
+
+    @property
+    def code(self) -> int:
+        return self.status["code"]
+
+    @property
+    def reason(self) -> str:
+        return self.status.get("reason", "")
+
+
+def failure(*, code: int, reason: str, message: str, details: StatusDetails | None = None) -> Status:
+    status: Status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        status["details"] = details
+    return status
+
+
+def success(*, code: int, details: StatusDetails | None = None) -> Status:
+    status: Status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    if details is not None:
+        status["details"] = details
+    return status
+
+
+def qualified(group: str, name: str) -> str:
+    """`pods`, `deployments.apps`: how the real server names a group resource or group kind in messages."""
+    return f"{name}.{group}" if group else name
+
+
+def _resource_details(group: str, resource: str, name: str) -> StatusDetails:
+    details: StatusDetails = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return details
+
+
+def not_found(group: str, resource: str, name: str) -> ApiError:
+    return ApiError(
+        failure(
+            code=404,
+            reason="NotFound",
+            message=f'{qualified(group, resource)} "{name}" not found',
+            details=_resource_details(group, resource, name),
+        )
+    )
+
+
+def path_not_found() -> ApiError:
+    return ApiError(
+        failure(
+            code=404,
+            reason="NotFound",
+            message="the server could not find the requested resource",
+            details={},
+        )
+    )
+
+
+def already_exists(group: str, resource: str, name: str) -> ApiError:
+    return ApiError(
+        failure(
+            code=409,
+            reason="AlreadyExists",
+            message=f'{qualified(group, resource)} "{name}" already exists',
+            details=_resource_details(group, resource, name),
+        )
+    )
+
+
+def conflict(group: str, resource: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        failure(
+            code=409,
+            reason="Conflict",
+            message=f'Operation cannot be fulfilled on {qualified(group, resource)} "{name}": {why}',
+            details=_resource_details(group, resource, name),
+        )
+    )
+
+
+MODIFIED_CONFLICT = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def forbidden(group: str, resource: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        failure(
+            code=403,
+            reason="Forbidden",
+            message=f'{qualified(group, resource)} "{name}" is forbidden: {why}',
+            details=_resource_details(group, resource, name),
+        )
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(failure(code=400, reason="BadRequest", message=message))
+
+
+def method_not_allowed() -> ApiError:
+    return ApiError(
+        failure(
+            code=405,
+            reason="MethodNotAllowed",
+            message="the server does not allow this method on the requested resource",
+            details={},
+        )
+    )
+
+
+def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
+    return ApiError(
+        failure(
+            code=415,
+            reason="UnsupportedMediaType",
+            message=f"the body of the request was in an unknown format - accepted media types include: "
+            f"{', '.join(accepted)}",
+            details={"kind": content_type} if content_type else {},
+        )
+    )
+
+
+def expired(message: str) -> ApiError:
+    return ApiError(failure(code=410, reason="Expired", message=message))
+
+
+def too_many_requests(message: str, *, causes: list[StatusCause], retry_after: int = 0) -> ApiError:
+    details: StatusDetails = {"causes": causes}
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+    return ApiError(failure(code=429, reason="TooManyRequests", message=message, details=details))
+
+
+def internal_error(message: str) -> ApiError:
+    return ApiError(
+        failure(
+            code=500,
+            reason="InternalError",
+            message=f"Internal error occurred: {message}",
+            details={"causes": [{"message": message}]},
+        )
+    )
+
+
+def timeout_error(message: str) -> ApiError:
+    return ApiError(failure(code=504, reason="Timeout", message=message, details={}))
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One `field.Error`: `kind` is the Go ErrorType's string (FieldValueRequired, FieldValueInvalid, ...)."""
+
+    kind: Literal[
+        "FieldValueRequired",
+        "FieldValueInvalid",
+        "FieldValueForbidden",
+        "FieldValueNotSupported",
+        "FieldValueDuplicate",
+        "FieldValueTypeInvalid",
+        "FieldValueTooLong",
+    ]
+    field: str
+    detail: str = ""
+    value: Any = None
+    supported: tuple[str, ...] = ()
+
+    def body(self) -> str:
+        """The text after `field: `, as `field.Error.ErrorBody()` writes it."""
+        if self.kind == "FieldValueRequired":
+            head = "Required value"
+        elif self.kind == "FieldValueForbidden":
+            head = "Forbidden"
+        elif self.kind == "FieldValueDuplicate":
+            head = f"Duplicate value: {_go_value(self.value)}"
+        elif self.kind == "FieldValueNotSupported":
+            head = f"Unsupported value: {_go_value(self.value)}"
+            if self.supported:
+                head += ": supported values: " + ", ".join(f'"{s}"' for s in self.supported)
+        elif self.kind == "FieldValueTooLong":
+            head = "Too long"
+        else:
+            head = f"Invalid value: {_go_value(self.value)}"
+        return f"{head}: {self.detail}" if self.detail else head
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+
+def _go_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if value is None:
+        return "null"
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def invalid(group: str, kind: str, name: str, errors: list[FieldError]) -> ApiError:
+    causes: list[StatusCause] = [{"reason": e.kind, "message": e.body(), "field": e.field} for e in errors]
+    summary = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+    details: StatusDetails = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = causes
+    return ApiError(
+        failure(
+            code=422,
+            reason="Invalid",
+            message=f'{qualified(group, kind)} "{name}" is invalid: {summary}',
+            details=details,
+        )
+    )

@@ -1,0 +1,559 @@
+"""The HTTP shell of the API server emulator: parse the request, run admission, call the registry,
+render the answer (JSON object, Table, PartialObjectMetadata or Status). No semantics live here."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from sim import api_errors, api_openapi, api_patch, api_podactions
+from sim.api_admission import Attributes, GroupVersionKind, Operation, UserInfo, WebhookDispatcher
+from sim.api_errors import ApiError
+from sim.api_registry import FieldValidation, Registry, StaleRead
+from sim.api_render import error_response, json_response, negotiate, render_list, render_object
+from sim.api_resources import (
+    DiscoveryPath,
+    ResourcePath,
+    ResourceType,
+    api_group,
+    api_group_list,
+    api_resource_list,
+    api_versions,
+    builtin,
+    parse_path,
+    version_info,
+)
+from sim.api_schema import Schemas
+from sim.api_selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
+from sim.api_settings import ApiServerSettings
+from sim.api_store import Obj, Store
+from sim.api_watch import serve_watch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ApiState:
+    settings: ApiServerSettings
+    store: Store
+    schemas: Schemas
+    registry: Registry
+    service_endpoints: dict[str, str]
+    reaper_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False  # set at shutdown: open watches end at once instead of holding the stop up
+    dispatcher: WebhookDispatcher | None = None  # set when the app starts (it owns the ClientSession)
+    request_total: int = 0
+    request_counts: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+
+
+STATE = web.AppKey("apiserver_state", ApiState)
+
+
+# -------------------------------------------------------------------------------------------- requests
+
+
+def user_of(request: web.Request) -> UserInfo:
+    """The emulator has no authentication: the bearer token (or Impersonate-User) names the user."""
+    impersonated = request.headers.get("Impersonate-User")
+    if impersonated:
+        return {"username": impersonated, "groups": ["system:authenticated"]}
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer ") and auth[7:].strip():
+        return {"username": auth[7:].strip(), "groups": ["system:authenticated"]}
+    return {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
+
+
+def verb_of(method: str, target: ResourcePath, query: Any) -> str:
+    if method == "GET":
+        if target.name is not None:
+            return "get"
+        return "watch" if target.legacy_watch or query.get("watch") in ("true", "1") else "list"
+    return {
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if target.name is not None else "deletecollection",
+    }.get(method, method.lower())
+
+
+def int_param(query: Any, name: str) -> int | None:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError as err:
+        raise api_errors.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from err
+
+
+def selectors(rtype: ResourceType, query: Any) -> tuple[LabelSelector, FieldSelector]:
+    try:
+        labels = parse_label_selector(query.get("labelSelector", ""))
+        fields = parse_field_selector(query.get("fieldSelector", ""), supported=rtype.field_labels)
+    except SelectorError as err:
+        raise api_errors.bad_request(str(err)) from err
+    return labels, fields
+
+
+async def read_body(request: web.Request) -> Any:
+    raw = await request.read()
+    content_type = (request.content_type or "application/json").lower()
+    if not raw:
+        return None
+    if content_type in ("application/yaml", "application/x-yaml"):
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise api_errors.bad_request(f"error converting YAML to JSON: {err}") from err
+    if content_type not in ("application/json", "application/octet-stream", "text/plain"):
+        raise api_errors.unsupported_media_type(content_type, ["application/json", "application/yaml"])
+    try:
+        return json.loads(raw)
+    except ValueError as err:
+        raise api_errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from err
+
+
+# --------------------------------------------------------------------------------------------- handlers
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    state.request_total += 1
+    try:
+        target = parse_path(request.path)
+        if isinstance(target, DiscoveryPath):
+            state.request_counts[("get", "discovery")] += 1
+            return discovery(request, target)
+        if target is None:
+            state.request_counts[(request.method.lower(), "unknown")] += 1
+            raise api_errors.path_not_found()
+        verb = verb_of(request.method, target, request.query)
+        resource = target.rtype.name + (f"/{target.subresource}" if target.subresource else "")
+        state.request_counts[(verb, resource)] += 1
+        handler = _HANDLERS.get(verb)
+        if handler is None or (verb not in target.rtype.verbs and not target.subresource):
+            raise api_errors.method_not_allowed()
+        return await handler(request, state, target)
+    except ApiError as err:
+        return error_response(err)
+
+
+def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
+    if request.method != "GET":
+        raise api_errors.method_not_allowed()
+    if target.kind == "health":
+        return web.Response(text="ok")
+    if target.kind == "version":
+        return json_response(version_info())
+    if target.kind == "openapi":
+        document = api_openapi.document_for_path(request.path)
+        if document is None:
+            raise api_errors.path_not_found()
+        return json_response(document)
+    if target.kind == "api":
+        return json_response(api_versions(f"{request.url.host}:{request.url.port}"))
+    if target.kind == "apis":
+        return json_response(api_group_list())
+    found = (
+        api_group(target.group) if target.kind == "group" else api_resource_list(target.group, target.version)
+    )
+    if found is None:
+        raise api_errors.path_not_found()
+    return json_response(found)
+
+
+def _namespace_of(target: ResourcePath) -> str:
+    return (target.namespace or "") if target.rtype.namespaced else ""
+
+
+async def get_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource not in ("", "status"):
+        raise api_errors.method_not_allowed()
+    assert target.name is not None
+    obj = state.registry.get(target.rtype, _namespace_of(target), target.name)
+    rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
+    return json_response(render_object(target.rtype, obj, rendering, now=time.time()))
+
+
+async def list_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource:
+        raise api_errors.method_not_allowed()
+    labels, fields = selectors(target.rtype, request.query)
+    listed = state.registry.list_objects(
+        target.rtype,
+        namespace=target.namespace if target.rtype.namespaced else None,
+        labels=labels,
+        fields=fields,
+        limit=max(0, int_param(request.query, "limit") or 0),
+        continue_token=request.query.get("continue", ""),
+    )
+    rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
+    return json_response(render_list(target.rtype, listed, rendering, now=time.time()))
+
+
+async def watch_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource:
+        raise api_errors.method_not_allowed()
+    labels, fields = selectors(target.rtype, request.query)
+    rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
+    return await serve_watch(
+        request,
+        state,
+        target,
+        predicate=state.registry.predicate(target.rtype, labels, fields),
+        render=lambda obj: render_object(
+            target.rtype, state.registry.to_view(target.rtype, obj), rendering, now=time.time()
+        ),
+        view=f"{target.rtype.api_version}:{rendering.mode}:{rendering.include}",
+    )
+
+
+def _dry_run(request: web.Request) -> bool:
+    values = request.query.getall("dryRun", [])
+    unknown = [v for v in values if v != "All"]
+    if unknown:
+        raise api_errors.bad_request(f'dryRun: Unsupported value: "{unknown[0]}": supported values: "All"')
+    return bool(values)
+
+
+def _field_validation(request: web.Request) -> FieldValidation:
+    value = request.query.get("fieldValidation", "") or "Warn"
+    if value not in ("Strict", "Warn", "Ignore"):
+        raise api_errors.bad_request(
+            f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", "Strict", "Warn"'
+        )
+    return value  # type: ignore[return-value]
+
+
+def _options(kind: str, request: web.Request, extra: Obj | None = None) -> Obj:
+    options: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if request.query.get("fieldManager"):
+        options["fieldManager"] = request.query["fieldManager"]
+    if request.query.getall("dryRun", []):
+        options["dryRun"] = request.query.getall("dryRun")
+    options.update(extra or {})
+    return options
+
+
+def _gvk(rtype: ResourceType) -> GroupVersionKind:
+    return {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+
+
+async def _admit(
+    request: web.Request,
+    state: ApiState,
+    *,
+    operation: Operation,
+    rtype: ResourceType,
+    subresource: str = "",
+    kind: GroupVersionKind | None = None,
+    namespace: str,
+    name: str,
+    obj: Obj | None,
+    old: Obj | None,
+    options: Obj,
+    dry_run: bool,
+) -> tuple[Obj | None, tuple[str, ...]]:
+    configurations = list(
+        state.store.objects(
+            builtin("admissionregistration.k8s.io", "mutatingwebhookconfigurations").storage_key
+        )
+    )
+    if not configurations or state.dispatcher is None:
+        return obj, ()
+    attrs = Attributes(
+        operation=operation,
+        rtype=rtype,
+        subresource=subresource,
+        kind=kind or _gvk(rtype),
+        namespace=namespace,
+        name=name,
+        obj=obj,
+        old=old,
+        options=options,
+        dry_run=dry_run,
+        user=user_of(request),
+    )
+    labels = state.registry.namespace_labels(namespace) if namespace else None
+    return await state.dispatcher.admit(attrs, configurations=configurations, namespace_labels=labels)
+
+
+async def create_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource == "eviction":
+        return await _evict(request, state, target)
+    if target.subresource == "binding":
+        return await _bind(request, state, target)
+    if target.name is not None or target.subresource:
+        raise api_errors.method_not_allowed()
+    rtype = target.rtype
+    if rtype.namespaced and target.namespace is None:
+        raise api_errors.method_not_allowed()
+    dry_run = _dry_run(request)
+    decoded = state.registry.decode(
+        rtype,
+        await read_body(request),
+        namespace=target.namespace,
+        name=None,
+        create=True,
+        field_validation=_field_validation(request),
+    )
+    metadata = decoded.obj["metadata"]
+    obj, warnings = await _admit(
+        request,
+        state,
+        operation="CREATE",
+        rtype=rtype,
+        namespace=metadata.get("namespace", ""),
+        name=metadata.get("name", ""),
+        obj=decoded.obj,
+        old=None,
+        options=_options("CreateOptions", request),
+        dry_run=dry_run,
+    )
+    assert obj is not None
+    created = state.registry.create(
+        rtype,
+        obj,
+        now=time.time(),
+        dry_run=dry_run,
+        schema_errors=decoded.schema_errors if obj is decoded.obj else None,
+    )
+    return json_response(created, status=201, warnings=decoded.warnings + warnings)
+
+
+async def _update(
+    request: web.Request,
+    state: ApiState,
+    target: ResourcePath,
+    compute: Callable[[Obj], Obj],
+    *,
+    warnings: tuple[str, ...] = (),
+) -> web.StreamResponse:
+    """The GuaranteedUpdate loop: read, compute the new object, admit, write if nothing changed meanwhile."""
+    rtype, name = target.rtype, target.name
+    assert name is not None
+    namespace = _namespace_of(target)
+    dry_run = _dry_run(request)
+    for _ in range(max(1, state.settings.update_retries)):
+        current = state.registry.get(rtype, namespace, name)
+        decoded = state.registry.decode(
+            rtype,
+            compute(current),
+            namespace=namespace if rtype.namespaced else None,
+            name=name,
+            create=False,
+            field_validation=_field_validation(request),
+        )
+        obj, admit_warnings = await _admit(
+            request,
+            state,
+            operation="UPDATE",
+            rtype=rtype,
+            subresource=target.subresource,
+            namespace=namespace,
+            name=name,
+            obj=decoded.obj,
+            old=current,
+            options=_options("UpdateOptions", request),
+            dry_run=dry_run,
+        )
+        assert obj is not None
+        try:
+            updated = state.registry.update(
+                rtype,
+                obj,
+                base=current,
+                subresource=target.subresource,
+                now=time.time(),
+                dry_run=dry_run,
+                schema_errors=decoded.schema_errors if obj is decoded.obj else None,
+            )
+        except StaleRead:
+            continue
+        return json_response(updated, warnings=warnings + decoded.warnings + admit_warnings)
+    raise api_errors.conflict(rtype.group, rtype.name, name, api_errors.MODIFIED_CONFLICT)
+
+
+async def update_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource not in ("", "status"):
+        raise api_errors.method_not_allowed()
+    body = await read_body(request)
+    body_name = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("name")
+    if body_name and body_name != target.name:
+        # Checked before the object is read, as the real update handler does.
+        raise api_errors.bad_request(
+            f"the name of the object ({body_name}) does not match the name on the URL ({target.name})"
+        )
+    return await _update(request, state, target, lambda current: body)
+
+
+async def patch_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource not in ("", "status"):
+        raise api_errors.method_not_allowed()
+    content_type = request.headers.get("Content-Type", "")
+    if content_type.split(";")[0].strip() not in api_patch.SUPPORTED:
+        raise api_errors.unsupported_media_type(content_type, list(api_patch.SUPPORTED))
+    raw = await request.read()
+    rtype = target.rtype
+
+    def compute(current: Obj) -> Obj:
+        patched = api_patch.apply_patch(
+            content_type, current, raw, schemas=state.schemas, definition=rtype.schema
+        )
+        if not isinstance(patched, dict):
+            raise api_errors.bad_request("the patch produced something that is not an object")
+        return patched
+
+    return await _update(request, state, target, compute)
+
+
+def _delete_options(request: web.Request, body: Any) -> Obj:
+    options: Obj = dict(body) if isinstance(body, dict) else {}
+    grace = int_param(request.query, "gracePeriodSeconds")
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    for name in ("propagationPolicy", "orphanDependents"):
+        if request.query.get(name):
+            options[name] = request.query[name]
+    policy = options.get("propagationPolicy")
+    if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
+        raise api_errors.bad_request(
+            f'propagationPolicy: Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"'
+        )
+    return options
+
+
+async def delete_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    if target.subresource:
+        raise api_errors.method_not_allowed()
+    assert target.name is not None
+    options = _delete_options(request, await read_body(request))
+    return await _delete_one(request, state, target.rtype, _namespace_of(target), target.name, options)
+
+
+async def _delete_one(
+    request: web.Request, state: ApiState, rtype: ResourceType, namespace: str, name: str, options: Obj
+) -> web.Response:
+    dry_run = _dry_run(request)
+    current = state.registry.get(rtype, namespace, name)
+    _, warnings = await _admit(
+        request,
+        state,
+        operation="DELETE",
+        rtype=rtype,
+        namespace=namespace,
+        name=name,
+        obj=None,
+        old=current,
+        options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options},
+        dry_run=dry_run,
+    )
+    status, body = state.registry.delete(rtype, namespace, name, options, now=time.time(), dry_run=dry_run)
+    return json_response(body, status=status, warnings=warnings)
+
+
+async def deletecollection_handler(
+    request: web.Request, state: ApiState, target: ResourcePath
+) -> web.StreamResponse:
+    if target.subresource:
+        raise api_errors.method_not_allowed()
+    rtype = target.rtype
+    labels, fields = selectors(rtype, request.query)
+    options = _delete_options(request, await read_body(request))
+    listed = state.registry.list_objects(
+        rtype, namespace=target.namespace if rtype.namespaced else None, labels=labels, fields=fields
+    )
+    deleted: list[Obj] = []
+    for obj in listed["items"]:
+        metadata = obj["metadata"]
+        try:
+            await _delete_one(
+                request, state, rtype, metadata.get("namespace", ""), metadata["name"], dict(options)
+            )
+        except ApiError as err:
+            if err.code != 404:
+                raise
+        deleted.append(obj)
+    return json_response({**listed, "items": deleted})
+
+
+async def _evict(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    assert target.name is not None
+    namespace = _namespace_of(target)
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise api_errors.bad_request("the body must be a policy/v1 Eviction")
+    state.registry.get(target.rtype, namespace, target.name)  # 404 before admission, as the real handler
+    dry_run = _dry_run(request)
+    eviction, warnings = await _admit(
+        request,
+        state,
+        operation="CREATE",
+        rtype=target.rtype,
+        subresource="eviction",
+        kind={"group": "policy", "version": "v1", "kind": "Eviction"},
+        namespace=namespace,
+        name=target.name,
+        obj=body,
+        old=None,
+        options=_options("CreateOptions", request),
+        dry_run=dry_run,
+    )
+    status = api_podactions.evict(
+        state.registry, namespace, target.name, eviction or body, now=time.time(), dry_run=dry_run
+    )
+    return json_response(status, status=201, warnings=warnings)
+
+
+async def _bind(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    assert target.name is not None
+    namespace = _namespace_of(target)
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise api_errors.bad_request("the body must be a v1 Binding")
+    dry_run = _dry_run(request)
+    binding, warnings = await _admit(
+        request,
+        state,
+        operation="CREATE",
+        rtype=target.rtype,
+        subresource="binding",
+        kind={"group": "", "version": "v1", "kind": "Binding"},
+        namespace=namespace,
+        name=target.name,
+        obj=body,
+        old=None,
+        options=_options("CreateOptions", request),
+        dry_run=dry_run,
+    )
+    status = api_podactions.bind(
+        state.registry, namespace, target.name, binding or body, now=time.time(), dry_run=dry_run
+    )
+    return json_response(status, status=201, warnings=warnings)
+
+
+_HANDLERS: dict[str, Callable[[web.Request, ApiState, ResourcePath], Awaitable[web.StreamResponse]]] = {
+    "get": get_handler,
+    "list": list_handler,
+    "watch": watch_handler,
+    "create": create_handler,
+    "update": update_handler,
+    "patch": patch_handler,
+    "delete": delete_handler,
+    "deletecollection": deletecollection_handler,
+}

@@ -1,0 +1,131 @@
+"""The pod subresources that are actions: eviction (pkg/registry/core/pod/storage/eviction.go) and
+binding (BindingREST), as functions of the registry."""
+
+from __future__ import annotations
+
+import copy
+
+from sim import api_errors
+from sim.api_disruption import budget, pdb_selects
+from sim.api_errors import ApiError, FieldError, Status
+from sim.api_registry import Registry
+from sim.api_resources import builtin, pods
+from sim.api_store import Obj
+from sim.api_strategy import pod_is_ready, prune_nulls, set_pod_condition
+
+
+def evict(
+    registry: Registry, namespace: str, name: str, eviction: Obj, *, now: float, dry_run: bool = False
+) -> Status:
+    """POST pods/NAME/eviction (pkg/registry/core/pod/storage/eviction.go)."""
+    rtype = pods()
+    body_name = (eviction.get("metadata") or {}).get("name")
+    if body_name and body_name != name:
+        raise api_errors.bad_request("name in URL does not match name in Eviction object")
+    options = dict(eviction.get("deleteOptions") or {})
+    pod = registry.get(rtype, namespace, name)
+    registry.check_preconditions(rtype, pod, options)
+    # The condition write below changes the resourceVersion the client may have pinned: checked now.
+    options.pop("preconditions", None)
+    phase = (pod.get("status") or {}).get("phase")
+    ignore_pdb = phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
+    if not ignore_pdb:
+        pdbs = [
+            p
+            for p in registry.store.objects(builtin("policy", "poddisruptionbudgets").storage_key, namespace)
+            if pdb_selects(p, pod)
+        ]
+        if len(pdbs) > 1:
+            raise ApiError(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                    "does not support.",
+                    "code": 500,
+                }
+            )
+        if pdbs:
+            _check_budget(registry, pdbs[0], pod, namespace)
+    if not dry_run:
+        with_condition = copy.deepcopy(pod)
+        set_pod_condition(
+            with_condition,
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting",
+            },
+            now=now,
+        )
+        if prune_nulls(with_condition) != prune_nulls(pod):
+            registry.store.put(rtype.storage_key, with_condition)
+        registry.delete(rtype, namespace, name, options, now=now)
+    return api_errors.success(code=201)
+
+
+def _check_budget(registry: Registry, pdb: Obj, pod: Obj, namespace: str) -> None:
+    pdb_name = pdb["metadata"]["name"]
+    found = budget(pdb, registry.store.objects(pods().storage_key, namespace))
+    if not pod_is_ready(pod):
+        policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+        if policy == "AlwaysAllow":
+            return
+        if found.current_healthy >= found.desired_healthy and found.desired_healthy > 0:
+            return
+    if found.disruptions_allowed == 0:
+        raise api_errors.too_many_requests(
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            causes=[
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {pdb_name} needs {found.desired_healthy} healthy pods "
+                    f"and has {found.current_healthy} currently",
+                }
+            ],
+        )
+
+
+def bind(
+    registry: Registry, namespace: str, name: str, binding: Obj, *, now: float, dry_run: bool = False
+) -> Status:
+    """POST pods/NAME/binding: sets spec.nodeName and PodScheduled=True, only on an unbound pod."""
+    rtype = pods()
+    target = (binding.get("target") or {}).get("name")
+    if not target:
+        raise api_errors.invalid("", "Binding", name, [FieldError("FieldValueRequired", "target.name")])
+    body_name = (binding.get("metadata") or {}).get("name")
+    if body_name and body_name != name:
+        raise api_errors.bad_request("name in URL does not match name in Binding object")
+    pod = registry.get(rtype, namespace, name)
+    metadata, spec = pod["metadata"], pod.get("spec") or {}
+    uid = (binding.get("metadata") or {}).get("uid")
+    if uid and uid != metadata.get("uid"):
+        raise api_errors.conflict(
+            "",
+            "pods/binding",
+            name,
+            f"the UID in the binding object ({uid}) doesn't match the pod ({metadata.get('uid')})",
+        )
+    if metadata.get("deletionTimestamp"):
+        raise api_errors.conflict(
+            "", "pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host"
+        )
+    if spec.get("nodeName"):
+        raise api_errors.conflict(
+            "", "pods/binding", name, f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+        )
+    if spec.get("schedulingGates"):
+        raise api_errors.conflict("", "pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates")
+    bound = copy.deepcopy(pod)
+    bound["spec"]["nodeName"] = target
+    annotations = (binding.get("metadata") or {}).get("annotations") or {}
+    if annotations:
+        bound["metadata"].setdefault("annotations", {}).update(annotations)
+    set_pod_condition(bound, {"type": "PodScheduled", "status": "True"}, now=now)
+    if not dry_run:
+        registry.store.put(rtype.storage_key, bound)
+    return api_errors.success(code=201)

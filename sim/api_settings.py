@@ -1,0 +1,28 @@
+"""Settings of the API server emulator (re-exported by `sim.apiserver`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class ApiServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 0
+    watch_history: int = 10000  # events kept per resource for watch resumption; older -> 410 Gone
+    request_log: bool = False  # log every request at INFO (always logged at DEBUG)
+    # clientConfig.service of webhooks: "namespace/name:port" -> "host:port" to connect to (TLS is still
+    # verified for the name "name.namespace.svc"). More can be added at run time: ApiServer.service_endpoints.
+    service_resolver: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    token: str = "sim"  # the bearer token written to kubeconfigs (the emulator accepts any)
+    watch_timeout: float = (
+        1800.0  # a watch without timeoutSeconds ends after this (the real minRequestTimeout)
+    )
+    watch_bookmark_interval: float = 60.0  # how often a watch with allowWatchBookmarks gets a BOOKMARK
+    watch_queue_limit: int = 10000  # events queued for a watcher that does not read before it is cut off
+    watch_liveness_interval: float = 5.0  # how often an idle watch checks that its client is still there
+    graceful_deletion_slack: float = 2.0  # after a pod's deletionTimestamp, the server finishes its deletion
+    update_retries: int = 5  # retries of an update whose object changed while it was in admission
+    shutdown_timeout: float = 5.0  # bound for closing open connections (watches) at stop

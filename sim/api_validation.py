@@ -1,0 +1,362 @@
+"""Semantic validation the OpenAPI schema cannot express (pkg/apis/*/validation), as pure functions that
+return `FieldError`s worded like the real ones. The schema check itself lives in `api_schema`."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from sim.api_errors import FieldError
+from sim.api_resources import ResourceType
+from sim.api_selectors import SelectorError, label_key_problem, label_value_problem, selector_from_object
+from sim.api_strategy import prune_nulls
+
+Obj = dict[str, Any]
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
+    "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+
+
+def dns_label_problem(value: str) -> str | None:
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    return None if _DNS1123_LABEL.match(value) else _LABEL_MSG
+
+
+def dns_subdomain_problem(value: str) -> str | None:
+    if len(value) > 253:
+        return "must be no more than 253 characters"
+    return None if _DNS1123_SUBDOMAIN.match(value) else _SUBDOMAIN_MSG
+
+
+def _meta_errors(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    metadata = obj.get("metadata") or {}
+    errors: list[FieldError] = []
+    name = metadata.get("name") or ""
+    if not name:
+        errors.append(FieldError("FieldValueRequired", "metadata.name", "name or generateName is required"))
+    else:
+        check = dns_label_problem if rtype.kind == "Namespace" else dns_subdomain_problem
+        problem = check(name)
+        if problem and rtype.kind != "Event":
+            errors.append(FieldError("FieldValueInvalid", "metadata.name", problem, value=name))
+    for key, value in (metadata.get("labels") or {}).items():
+        problem = label_key_problem(key)
+        if problem:
+            errors.append(FieldError("FieldValueInvalid", "metadata.labels", problem, value=key))
+        problem = label_value_problem(value if isinstance(value, str) else "")
+        if problem:
+            errors.append(FieldError("FieldValueInvalid", "metadata.labels", problem, value=value))
+    for key in metadata.get("annotations") or {}:
+        problem = label_key_problem(key)
+        if problem:
+            errors.append(FieldError("FieldValueInvalid", "metadata.annotations", problem, value=key))
+    return errors
+
+
+def _container_errors(spec: Obj, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        errors.append(FieldError("FieldValueRequired", f"{path}.containers"))
+    seen: set[str] = set()
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(kind) or []):
+            where = f"{path}.{kind}[{index}]"
+            name = container.get("name") or ""
+            if not name:
+                errors.append(FieldError("FieldValueRequired", f"{where}.name"))
+            elif dns_label_problem(name):
+                errors.append(
+                    FieldError("FieldValueInvalid", f"{where}.name", dns_label_problem(name) or "", name)
+                )
+            elif name in seen:
+                errors.append(FieldError("FieldValueDuplicate", f"{where}.name", value=name))
+            seen.add(name)
+            if not container.get("image"):
+                errors.append(FieldError("FieldValueRequired", f"{where}.image"))
+    return errors
+
+
+def _pod_spec_errors(spec: Obj, path: str, *, restart_policies: tuple[str, ...]) -> list[FieldError]:
+    errors = _container_errors(spec, path)
+    policy = spec.get("restartPolicy")
+    if policy is None and "Always" not in restart_policies:
+        errors.append(
+            FieldError(
+                "FieldValueRequired",
+                f"{path}.restartPolicy",
+                "valid values: " + ", ".join(f'"{p}"' for p in restart_policies),
+            )
+        )
+    elif policy is not None and policy not in restart_policies:
+        errors.append(
+            FieldError(
+                "FieldValueNotSupported", f"{path}.restartPolicy", value=policy, supported=restart_policies
+            )
+        )
+    gates: set[str] = set()
+    for index, gate in enumerate(spec.get("schedulingGates") or []):
+        name = gate.get("name") or ""
+        problem = label_key_problem(name) if name else "name part must be non-empty"
+        if problem:
+            errors.append(
+                FieldError("FieldValueInvalid", f"{path}.schedulingGates[{index}].name", problem, name)
+            )
+        elif name in gates:
+            errors.append(
+                FieldError("FieldValueDuplicate", f"{path}.schedulingGates[{index}].name", value=name)
+            )
+        gates.add(name)
+    grace = spec.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace < 0:
+        errors.append(
+            FieldError("FieldValueInvalid", f"{path}.terminationGracePeriodSeconds", "must be >= 0", grace)
+        )
+    return errors
+
+
+def _workload_errors(obj: Obj) -> list[FieldError]:
+    spec = obj.get("spec") or {}
+    errors: list[FieldError] = []
+    selector_obj = spec.get("selector")
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if not selector_obj:
+        errors.append(FieldError("FieldValueRequired", "spec.selector"))
+    else:
+        try:
+            selector = selector_from_object(selector_obj, nil_selects=False)
+        except SelectorError as err:
+            return [FieldError("FieldValueInvalid", "spec.selector", str(err), value=selector_obj)]
+        if selector.empty:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid", "spec.selector", "empty selector is invalid for deployment", {}
+                )
+            )
+        elif not selector.matches(labels):
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    "spec.template.metadata.labels",
+                    "`selector` does not match template `labels`",
+                    labels,
+                )
+            )
+    restart = ("Never", "OnFailure") if obj.get("kind") == "Job" else ("Always",)
+    errors.extend(
+        _pod_spec_errors(template.get("spec") or {}, "spec.template.spec", restart_policies=restart)
+    )
+    return errors
+
+
+def _webhook_errors(obj: Obj) -> list[FieldError]:
+    errors: list[FieldError] = []
+    names: set[str] = set()
+    for index, hook in enumerate(obj.get("webhooks") or []):
+        where = f"webhooks[{index}]"
+        name = hook.get("name") or ""
+        if not name:
+            errors.append(FieldError("FieldValueRequired", f"{where}.name"))
+        elif name.count(".") < 2 or dns_subdomain_problem(name):
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"{where}.name",
+                    "should be a domain with at least three segments separated by dots",
+                    name,
+                )
+            )
+        elif name in names:
+            errors.append(FieldError("FieldValueDuplicate", f"{where}.name", value=name))
+        names.add(name)
+        side = hook.get("sideEffects")
+        if side is None:
+            errors.append(
+                FieldError(
+                    "FieldValueRequired", f"{where}.sideEffects", "must specify one of None, NoneOnDryRun"
+                )
+            )
+        elif side not in ("None", "NoneOnDryRun"):
+            errors.append(
+                FieldError(
+                    "FieldValueNotSupported",
+                    f"{where}.sideEffects",
+                    value=side,
+                    supported=("None", "NoneOnDryRun"),
+                )
+            )
+        versions = hook.get("admissionReviewVersions") or []
+        if not versions:
+            errors.append(
+                FieldError(
+                    "FieldValueRequired",
+                    f"{where}.admissionReviewVersions",
+                    "must specify one of v1, v1beta1",
+                )
+            )
+        elif not set(versions) & {"v1", "v1beta1"}:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"{where}.admissionReviewVersions",
+                    "must include at least one of v1, v1beta1",
+                    versions,
+                )
+            )
+        client = hook.get("clientConfig") or {}
+        if ("url" in client) == ("service" in client):
+            errors.append(
+                FieldError(
+                    "FieldValueRequired", f"{where}.clientConfig", "exactly one of url or service is required"
+                )
+            )
+        elif "url" in client and not str(client["url"]).startswith("https://"):
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"{where}.clientConfig.url",
+                    "'https' is the only allowed URL scheme",
+                    client["url"],
+                )
+            )
+    return errors
+
+
+def validate_create(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    errors = _meta_errors(rtype, obj)
+    kind = rtype.kind
+    if kind == "Pod":
+        errors.extend(
+            _pod_spec_errors(obj.get("spec") or {}, "spec", restart_policies=("Always", "OnFailure", "Never"))
+        )
+    elif kind in ("Deployment", "ReplicaSet", "DaemonSet"):
+        errors.extend(_workload_errors(obj))
+    elif kind == "Job":
+        spec = obj.get("spec") or {}
+        template = spec.get("template") or {}
+        errors.extend(
+            _pod_spec_errors(
+                template.get("spec") or {}, "spec.template.spec", restart_policies=("Never", "OnFailure")
+            )
+        )
+    elif kind == "MutatingWebhookConfiguration":
+        errors.extend(_webhook_errors(obj))
+    elif kind == "PodDisruptionBudget":
+        spec = obj.get("spec") or {}
+        if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid", "spec", "minAvailable and maxUnavailable cannot be both set", spec
+                )
+            )
+    return errors
+
+
+def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]:
+    errors = validate_create(rtype, new)
+    new_meta, old_meta = new.get("metadata") or {}, old.get("metadata") or {}
+    if old_meta.get("deletionTimestamp"):
+        added = [f for f in new_meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
+        if added:
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "metadata.finalizers",
+                    f"no new finalizers can be added if the object is being deleted, found new finalizers {added}",
+                )
+            )
+    if rtype.kind == "Pod":
+        errors.extend(pod_update_errors(new.get("spec") or {}, old.get("spec") or {}))
+    elif rtype.kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job") and prune_nulls(
+        (new.get("spec") or {}).get("selector")
+    ) != prune_nulls((old.get("spec") or {}).get("selector")):
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                "spec.selector",
+                "field is immutable",
+                (new.get("spec") or {}).get("selector"),
+            )
+        )
+    return errors
+
+
+def _toleration_key(toleration: Obj) -> tuple[Any, ...]:
+    return tuple(toleration.get(k) for k in ("key", "operator", "value", "effect"))
+
+
+def pod_update_errors(new: Obj, old: Obj) -> list[FieldError]:
+    """ValidatePodUpdate's spec rules: only images, activeDeadlineSeconds, added tolerations and removed
+    scheduling gates may change (plus nodeSelector additions while the pod is gated)."""
+    errors: list[FieldError] = []
+    old_gates = {g.get("name") for g in old.get("schedulingGates") or []}
+    for index, gate in enumerate(new.get("schedulingGates") or []):
+        if gate.get("name") not in old_gates:
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    f"spec.schedulingGates[{index}].name",
+                    f"only deletion is allowed, but found new scheduling gate '{gate.get('name')}'",
+                )
+            )
+    old_deadline, new_deadline = old.get("activeDeadlineSeconds"), new.get("activeDeadlineSeconds")
+    if old_deadline is not None and (new_deadline is None or new_deadline > old_deadline):
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                "spec.activeDeadlineSeconds",
+                "must be less than or equal to previous value",
+                new_deadline,
+            )
+        )
+    new_tolerations = {_toleration_key(t) for t in new.get("tolerations") or []}
+    if any(_toleration_key(t) not in new_tolerations for t in old.get("tolerations") or []):
+        errors.append(
+            FieldError(
+                "FieldValueForbidden",
+                "spec.tolerations",
+                "existing toleration can not be modified except its tolerationSeconds",
+            )
+        )
+    munged = copy.deepcopy(new)
+    for kind in ("containers", "initContainers"):
+        old_list, new_list = old.get(kind) or [], munged.get(kind) or []
+        if len(old_list) == len(new_list):
+            for new_c, old_c in zip(new_list, old_list, strict=True):
+                if isinstance(new_c, dict) and isinstance(old_c, dict):
+                    new_c["image"] = old_c.get("image")
+    for key in ("activeDeadlineSeconds", "tolerations", "schedulingGates"):
+        munged.pop(key, None)
+        if key in old:
+            munged[key] = old[key]
+    old_grace, new_grace = old.get("terminationGracePeriodSeconds"), new.get("terminationGracePeriodSeconds")
+    if isinstance(old_grace, int) and old_grace < 0 and new_grace == 1:
+        munged["terminationGracePeriodSeconds"] = old_grace
+    if old.get("schedulingGates"):
+        old_selector = old.get("nodeSelector") or {}
+        new_selector = new.get("nodeSelector") or {}
+        if all(new_selector.get(k) == v for k, v in old_selector.items()):
+            munged.pop("nodeSelector", None)
+            if "nodeSelector" in old:
+                munged["nodeSelector"] = old["nodeSelector"]
+    if prune_nulls(munged) != prune_nulls(old):
+        errors.append(FieldError("FieldValueForbidden", "spec", POD_UPDATE_FORBIDDEN))
+    return errors

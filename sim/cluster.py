@@ -1,0 +1,469 @@
+"""The simulated cluster: nodes, a lockd process per node, scheduler, kubelets and controllers, all talking
+to a Kubernetes API server (the emulator) over HTTP.
+
+Library: ``async with SimCluster(api_url=..., settings=ClusterSettings(...)) as cluster: ...``.
+Command: ``python -m sim cluster --nodes N --cores C ...`` starts an emulator (or uses ``--api-url``),
+the cluster on it, optionally a scenario's workloads, and runs until interrupted or ``--duration``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sim.clock import SimClock
+from sim.controllers import ControllerManager, ControllerSettings
+from sim.kubelet import Kubelet, KubeletSettings, LaunchGate
+from sim.lockdproc import LockdProcess, LockdSpec, common_free_port
+from sim.objects import Obj
+from sim.scenario import NodePool, Scenario, ScenarioError, StaggerConfig, load_scenario, workload_manifest
+from sim.scheduler import Scheduler, SchedulerSettings
+from sim.startup import ModelSettings
+from stagger.informer import InformerSettings
+from stagger.kube import BY_KIND, NAMESPACES, NODES, ApiError, RestClient
+
+logger = logging.getLogger(__name__)
+
+KUBELET_VERSION = "v1.30.0-sim"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    nodes: NodePool = field(default_factory=NodePool)
+    time_scale: float = 10.0
+    model: ModelSettings = field(default_factory=ModelSettings)
+    stagger: StaggerConfig = field(default_factory=StaggerConfig)
+    node_ip_prefix: str = "127.0.1."
+    """Node i gets InternalIP ``<prefix><i+1>`` (Linux answers on all of 127/8)."""
+    release_slots: bool = True
+    """The kubelets free lockd slots (until lockd watches pods itself)."""
+    lockd_ready_timeout_seconds: float = 20.0
+    lockd_stop_timeout_seconds: float = 5.0
+    lockd_sample_interval: str = "200ms"
+    lockd_log_level: str = "warning"
+    request_timeout_seconds: float = 30.0
+    kubelet_max_tick_seconds: float = 0.5
+    launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
+    """Init client processes starting up at once on this machine (see ``sim.kubelet.LaunchGate``)."""
+    launch_hold_seconds: float = 0.25
+    work_dir: Path | None = None
+    """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    controllers: ControllerSettings = field(default_factory=ControllerSettings)
+    informer: InformerSettings = field(default_factory=InformerSettings)
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario, **overrides: Any) -> ClusterSettings:
+        fields: dict[str, Any] = {
+            "nodes": scenario.nodes,
+            "time_scale": scenario.time_scale,
+            "model": scenario.model,
+            "stagger": scenario.stagger,
+        }
+        return cls(**{**fields, **overrides})
+
+
+def node_name(index: int) -> str:
+    return f"sim-node-{index}"
+
+
+def _cpu_quantity(cores: float) -> str:
+    return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
+
+
+def node_manifests(*, index: int, pool: NodePool, ip: str) -> tuple[Obj, Obj]:
+    """The Node to create and the status its kubelet reports (written through the status subresource)."""
+    name = node_name(index)
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        **pool.labels,
+    }
+    node: Obj = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+    }
+    if pool.taints:
+        node["spec"]["taints"] = [dict(t) for t in pool.taints]
+    resources = {"cpu": _cpu_quantity(pool.cores), "memory": pool.memory, "pods": str(pool.pods)}
+
+    def cond(kind: str, status: str, reason: str, message: str) -> Obj:
+        return {"type": kind, "status": status, "reason": reason, "message": message}
+
+    status: Obj = {
+        "capacity": dict(resources),
+        "allocatable": dict(resources),
+        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+        "conditions": [
+            cond(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "osImage": "stagger sim",
+            "kernelVersion": "sim",
+            "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": KUBELET_VERSION,
+            "containerRuntimeVersion": "containerd://1.7.0-sim",
+            "machineID": name,
+            "systemUUID": name,
+            "bootID": name,
+        },
+    }
+    return node, status
+
+
+class SimCluster:
+    """Nodes with their kubelets (and lockd processes when stagger is on), a scheduler and controllers."""
+
+    def __init__(self, *, api_url: str, settings: ClusterSettings) -> None:
+        self.api_url = api_url
+        self.settings = settings
+        self.clock = SimClock(time_scale=settings.time_scale)
+        self.kubelets: dict[str, Kubelet] = {}
+        self.lockds: dict[str, LockdProcess] = {}
+        self.host_port: int | None = None
+        self.scheduler: Scheduler | None = None
+        self.controllers: ControllerManager | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._client: RestClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._work_dir: Path | None = None
+        self._own_work_dir = False
+
+    @property
+    def client(self) -> RestClient:
+        if self._client is None:
+            raise RuntimeError("the cluster is not running")
+        return self._client
+
+    @property
+    def work_dir(self) -> Path:
+        if self._work_dir is None:
+            raise RuntimeError("the cluster is not running")
+        return self._work_dir
+
+    def node_ip(self, index: int) -> str:
+        return f"{self.settings.node_ip_prefix}{index + 1}"
+
+    def peak_starting(self) -> dict[str, int]:
+        return {name: k.peak_starting for name, k in self.kubelets.items()}
+
+    async def __aenter__(self) -> SimCluster:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stop()
+
+    async def _start(self) -> None:
+        s = self.settings
+        if s.work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="sim-cluster-"))
+            self._own_work_dir = True
+        else:
+            self._work_dir = s.work_dir
+            self._work_dir.mkdir(parents=True, exist_ok=True)
+        self._session = aiohttp.ClientSession()
+        self._client = RestClient.for_url(
+            session=self._session, base_url=self.api_url, request_timeout=s.request_timeout_seconds
+        )
+        ips = [self.node_ip(i) for i in range(s.nodes.count)]
+        await asyncio.gather(*(self._register_node(i, ip) for i, ip in enumerate(ips)))
+        if s.stagger.enabled:
+            await self._start_lockds(ips)
+        self.scheduler = Scheduler(client=self.client, clock=self.clock, settings=s.scheduler)
+        self.controllers = ControllerManager(client=self.client, clock=self.clock, settings=s.controllers)
+        gate = LaunchGate(concurrency=s.launch_concurrency, hold_seconds=s.launch_hold_seconds)
+        for i, ip in enumerate(ips):
+            name = node_name(i)
+            lockd = self.lockds.get(name)
+            self.kubelets[name] = Kubelet(
+                settings=KubeletSettings(
+                    node_name=name,
+                    node_ip=ip,
+                    pod_ip_prefix=f"10.244.{i}.",
+                    cores=s.nodes.cores,
+                    model=s.model,
+                    lockd_url=lockd.spec.url if lockd is not None else None,
+                    release_slots=s.release_slots,
+                    load_file=self.work_dir / f"{name}.load.json",
+                    max_tick_seconds=s.kubelet_max_tick_seconds,
+                    informer=s.informer,
+                ),
+                client=self.client,
+                session=self._session,
+                clock=self.clock,
+                launch_gate=gate,
+            )
+        self._run(self.scheduler.run(), "scheduler")
+        self._run(self.controllers.run(), "controllers")
+        for name, kubelet in self.kubelets.items():
+            self._run(kubelet.run(), f"kubelet-{name}")
+        logger.info(
+            "cluster up: %d nodes of %g cores, time scale %g, stagger %s",
+            s.nodes.count,
+            s.nodes.cores,
+            s.time_scale,
+            f"on (lockd on port {self.host_port})" if s.stagger.enabled else "off",
+        )
+
+    def _run(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(_report_crash)
+        self._tasks.append(task)
+
+    async def _register_node(self, index: int, ip: str) -> None:
+        node, status = node_manifests(index=index, pool=self.settings.nodes, ip=ip)
+        await self.client.create(NODES, node)
+        await self.client.patch(NODES, name=node_name(index), subresource="status", patch={"status": status})
+
+    async def _start_lockds(self, ips: Sequence[str]) -> None:
+        s = self.settings
+        self.host_port = s.stagger.host_port or common_free_port(ips)
+        policies: Path | None = None
+        if s.stagger.policies.strip():
+            policies = self.work_dir / "policies.yaml"
+            policies.write_text(s.stagger.policies)
+        for i, ip in enumerate(ips):
+            name = node_name(i)
+            load_file = self.work_dir / f"{name}.load.json"
+            load_file.write_text('{"cpuPercent": 0.0, "ioPercent": 0.0}')
+            self.lockds[name] = LockdProcess(
+                LockdSpec(
+                    node_name=name,
+                    host=ip,
+                    port=self.host_port,
+                    policies=policies,
+                    load_file=load_file,
+                    log_file=self.work_dir / f"{name}.lockd.log",
+                    cores=max(1, round(s.nodes.cores)),
+                    labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **s.nodes.labels},
+                    sample_interval=s.lockd_sample_interval,
+                    log_level=s.lockd_log_level,
+                )
+            )
+        await asyncio.gather(*(p.start() for p in self.lockds.values()))
+        assert self._session is not None
+        session = self._session
+        await asyncio.gather(
+            *(
+                p.wait_ready(session=session, deadline=s.lockd_ready_timeout_seconds)
+                for p in self.lockds.values()
+            )
+        )
+
+    async def _stop(self) -> None:
+        # Kubelets first: they stop their init clients while lockd still answers.
+        kubelet_tasks = [t for t in self._tasks if t.get_name().startswith("kubelet-")]
+        for task in kubelet_tasks:
+            task.cancel()
+        await asyncio.gather(*kubelet_tasks, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await asyncio.gather(
+            *(p.stop(grace=self.settings.lockd_stop_timeout_seconds) for p in self.lockds.values()),
+            return_exceptions=True,
+        )
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._own_work_dir and self._work_dir is not None:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    async def ensure_namespace(self, name: str) -> None:
+        try:
+            await self.client.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    async def apply(self, manifest: Mapping[str, Any]) -> Obj:
+        """Create an object (its namespace first, if needed)."""
+        resource = BY_KIND[str(manifest.get("kind"))]
+        namespace = (
+            str((manifest.get("metadata") or {}).get("namespace") or "default")
+            if resource.namespaced
+            else None
+        )
+        if namespace is not None:
+            await self.ensure_namespace(namespace)
+        return await self.client.create(resource, manifest, namespace=namespace)
+
+    async def apply_workloads(self, scenario: Scenario) -> None:
+        """Create the scenario's workloads; their pods use stagger when this cluster runs it."""
+        stagger = replace(self.settings.stagger, host_port=self.host_port or self.settings.stagger.host_port)
+        for workload in scenario.workloads:
+            await self.apply(workload_manifest(workload, stagger=stagger))
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    cluster: ClusterSettings
+    scenario: Scenario | None
+    api_url: str | None
+    api_port: int
+    kubeconfig: Path | None
+    duration: float | None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim cluster",
+        description="Run a simulated cluster (nodes, kubelets, scheduler, controllers, lockd per node) against the "
+        "Kubernetes API emulator (started here unless --api-url is given).",
+    )
+    add = parser.add_argument
+    add(
+        "--scenario",
+        type=Path,
+        help="scenario YAML: node pool, model, stagger and workloads (which are applied)",
+    )
+    add("--nodes", type=int, help="number of nodes (default 4, or the scenario's)")
+    add("--cores", type=float, help="cores per node (default 4, or the scenario's)")
+    add("--memory", help="memory per node, e.g. 16Gi (default 16Gi, or the scenario's)")
+    add("--time-scale", type=float, help="simulated seconds per wall second (default 10, or the scenario's)")
+    stagger = parser.add_mutually_exclusive_group()
+    stagger.add_argument(
+        "--stagger", dest="stagger", action="store_true", default=None, help="run lockd per node"
+    )
+    stagger.add_argument("--no-stagger", dest="stagger", action="store_false", help="no lockd")
+    add("--policies", type=Path, help="lockd policy file (with --stagger)")
+    add("--host-port", type=int, help="lockd port on every node address (default 9400; 0 picks a free one)")
+    add("--api-url", help="use this API server instead of starting the emulator")
+    add("--api-port", type=int, default=0, help="port of the emulator started here (default: any free port)")
+    add("--kubeconfig", type=Path, help="write a kubeconfig for the emulator started here")
+    add("--duration", type=float, help="stop after this many wall seconds (default: run until interrupted)")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def parse_cli(argv: Sequence[str]) -> tuple[CliSettings, str]:
+    """Settings from the command line; raises ScenarioError (or exits via argparse) for bad input."""
+    args = _parser().parse_args(list(argv))
+    scenario = load_scenario(args.scenario) if args.scenario else None
+    base = ClusterSettings.from_scenario(scenario) if scenario else ClusterSettings()
+    nodes = base.nodes
+    if args.nodes is not None:
+        if args.nodes < 1:
+            raise ScenarioError(f"--nodes: must be at least 1 (got {args.nodes})")
+        nodes = replace(nodes, count=args.nodes)
+    if args.cores is not None:
+        if args.cores <= 0:
+            raise ScenarioError(f"--cores: must be > 0 (got {args.cores})")
+        nodes = replace(nodes, cores=args.cores)
+    if args.memory is not None:
+        nodes = replace(nodes, memory=args.memory)
+    stagger = base.stagger
+    if args.stagger is not None:
+        stagger = replace(stagger, enabled=args.stagger)
+    if args.policies is not None:
+        try:
+            stagger = replace(stagger, policies=args.policies.read_text())
+        except OSError as exc:
+            raise ScenarioError(f"--policies: cannot read {args.policies} ({exc.strerror})") from None
+    if args.host_port is not None:
+        if not 0 <= args.host_port <= 65535:
+            raise ScenarioError(f"--host-port: not a port number (got {args.host_port})")
+        stagger = replace(stagger, host_port=args.host_port)
+    time_scale = base.time_scale
+    if args.time_scale is not None:
+        if args.time_scale <= 0:
+            raise ScenarioError(f"--time-scale: must be > 0 (got {args.time_scale})")
+        time_scale = args.time_scale
+    if args.duration is not None and args.duration <= 0:
+        raise ScenarioError(f"--duration: must be > 0 (got {args.duration})")
+    cluster = replace(base, nodes=nodes, stagger=stagger, time_scale=time_scale)
+    return (
+        CliSettings(
+            cluster=cluster,
+            scenario=scenario,
+            api_url=args.api_url,
+            api_port=args.api_port,
+            kubeconfig=args.kubeconfig,
+            duration=args.duration,
+        ),
+        args.log_level,
+    )
+
+
+async def _serve(settings: CliSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        api_url = settings.api_url
+        if api_url is None:
+            from sim.apiserver import ApiServer, ApiServerSettings
+
+            api = await stack.enter_async_context(ApiServer(ApiServerSettings(port=settings.api_port)))
+            api_url = api.url
+            if settings.kubeconfig is not None:
+                api.write_kubeconfig(settings.kubeconfig)
+                print(f"kubeconfig: {settings.kubeconfig}", flush=True)
+        cluster = await stack.enter_async_context(SimCluster(api_url=api_url, settings=settings.cluster))
+        print(f"API server: {api_url}", flush=True)
+        for i, name in enumerate(cluster.kubelets):
+            lockd = cluster.lockds.get(name)
+            print(
+                f"  {name}  {cluster.node_ip(i)}" + (f"  lockd {lockd.spec.url}" if lockd else ""), flush=True
+            )
+        if settings.scenario is not None:
+            await cluster.apply_workloads(settings.scenario)
+            print(f"applied the workloads of scenario {settings.scenario.name!r}", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=settings.duration)
+        print(f"stopping; peak containers starting at once per node: {cluster.peak_starting()}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings, log_level = parse_cli(sys.argv[1:] if argv is None else argv)
+    except ScenarioError as exc:
+        print(f"sim cluster: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(settings))
+    return 0

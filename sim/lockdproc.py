@@ -1,0 +1,136 @@
+"""Real lockd processes for the simulated nodes (standalone mode, one per node address)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+logger = logging.getLogger(__name__)
+
+
+class LockdError(RuntimeError):
+    """A lockd process did not come up; the message has the end of its log."""
+
+
+@dataclass(frozen=True)
+class LockdSpec:
+    node_name: str
+    host: str
+    port: int
+    policies: Path | None
+    load_file: Path
+    log_file: Path
+    cores: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    sample_interval: str = "200ms"
+    """lockd re-reads the load file this often (wall time)."""
+    log_level: str = "warning"
+    python: str = sys.executable
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        argv = [
+            self.python, "-m", "lockd", "--standalone",
+            "--listen", f"{self.host}:{self.port}",
+            "--node-name", self.node_name,
+            "--load-file", str(self.load_file),
+            "--sample-interval", self.sample_interval,
+            "--cores", str(self.cores),
+            "--log-level", self.log_level,
+        ]  # fmt: skip
+        if self.policies is not None:
+            argv += ["--policies", str(self.policies)]
+        if self.labels:
+            argv += ["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
+        return argv
+
+
+class LockdProcess:
+    def __init__(self, spec: LockdSpec) -> None:
+        self.spec = spec
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
+    async def start(self) -> None:
+        with self.spec.log_file.open("ab") as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.spec.argv(), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
+            )
+
+    async def wait_ready(self, *, session: aiohttp.ClientSession, deadline: float) -> None:
+        """Poll ``/readyz`` until 200 (lockd has no event to wait for), at most ``deadline`` wall seconds."""
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time() + deadline
+        while True:
+            if self._proc is not None and self._proc.returncode is not None:
+                raise LockdError(
+                    f"lockd for {self.spec.node_name} exited {self._proc.returncode}:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(
+                    f"{self.spec.url}/readyz", timeout=aiohttp.ClientTimeout(total=1)
+                ) as resp:
+                    if resp.status == 200:
+                        return
+            if loop.time() > stop_at:
+                raise LockdError(
+                    f"lockd for {self.spec.node_name} not ready after {deadline:g}s:\n{self.log_tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+    async def stop(self, *, grace: float) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=grace)
+        except TimeoutError:
+            logger.warning("lockd for %s did not stop in %gs; killing it", self.spec.node_name, grace)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.spec.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def common_free_port(hosts: Sequence[str]) -> int:
+    """A TCP port free on every one of ``hosts`` right now (lockd's hostPort is the same on all nodes)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = int(probe.getsockname()[1])
+        if all(_port_free(h, port) for h in hosts[1:]):
+            return port
+    raise OSError(f"no TCP port is free on all of {', '.join(hosts)}")
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,174 @@
+"""Small pure helpers over Kubernetes objects as plain dicts (what the REST API sends)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+Obj = dict[str, Any]
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("name", ""))
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("namespace", ""))
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("uid", ""))
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for cluster-scoped objects), like client-go's cache keys."""
+    ns = namespace_of(obj)
+    return f"{ns}/{name_of(obj)}" if ns else name_of(obj)
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    labels = meta(obj).get("labels")
+    return dict(labels) if isinstance(labels, dict) else {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    annotations = meta(obj).get("annotations")
+    return dict(annotations) if isinstance(annotations, dict) else {}
+
+
+def is_terminating(obj: Mapping[str, Any]) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    for ref in meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    ref = controller_ref(obj)
+    return ref is not None and ref.get("uid") == uid_of(owner)
+
+
+def owner_reference(owner: Mapping[str, Any], *, api_version: str, kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name_of(owner),
+        "uid": uid_of(owner),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status") or {}
+    return str(status.get("phase") or "Pending")
+
+
+def is_pod_finished(pod: Mapping[str, Any]) -> bool:
+    return pod_phase(pod) in TERMINAL_PHASES
+
+
+def is_pod_active(pod: Mapping[str, Any]) -> bool:
+    """Counts towards a controller's replicas: neither finished nor being deleted."""
+    return not is_pod_finished(pod) and not is_terminating(pod)
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == kind:
+            return cond
+    return None
+
+
+def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"
+
+
+def is_pod_ready(pod: Mapping[str, Any]) -> bool:
+    return condition_true(pod, "Ready")
+
+
+def node_name_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def resource_version_newer(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """True unless ``new`` is provably older than ``old`` (resourceVersions compared as integers when
+    both are; otherwise they are opaque and the newer-arriving one wins)."""
+    a, b = meta(new).get("resourceVersion"), meta(old).get("resourceVersion")
+    if isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit():
+        return int(a) >= int(b)
+    return True
+
+
+def set_condition(
+    conditions: Iterable[Mapping[str, Any]],
+    *,
+    kind: str,
+    status: str,
+    now: str,
+    reason: str | None = None,
+    message: str | None = None,
+) -> list[dict[str, Any]]:
+    """Conditions with ``kind`` set; ``lastTransitionTime`` changes only when ``status`` does."""
+    result: list[dict[str, Any]] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != kind:
+            result.append(dict(cond))
+            continue
+        found = True
+        updated: dict[str, Any] = {"type": kind, "status": status}
+        updated["lastTransitionTime"] = (
+            cond.get("lastTransitionTime") if cond.get("status") == status else now
+        ) or now
+        if reason is not None:
+            updated["reason"] = reason
+        if message is not None:
+            updated["message"] = message
+        for extra in ("lastProbeTime", "lastUpdateTime", "lastHeartbeatTime"):
+            if extra in cond:
+                updated[extra] = cond[extra]
+        result.append(updated)
+    if not found:
+        new: dict[str, Any] = {"type": kind, "status": status, "lastTransitionTime": now}
+        if reason is not None:
+            new["reason"] = reason
+        if message is not None:
+            new["message"] = message
+        result.append(new)
+    return result
+
+
+def cpu_millis(quantity: object) -> int:
+    """A cpu quantity ("500m", "2", 0.5) in millicores, rounded up like the scheduler does."""
+    value = parse_quantity(quantity) * 1000  # type: ignore[no-untyped-call]
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def byte_count(quantity: object) -> int:
+    value = parse_quantity(quantity)  # type: ignore[no-untyped-call]
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

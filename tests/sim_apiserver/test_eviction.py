@@ -1,0 +1,175 @@
+"""Eviction (POST pods/NAME/eviction): 201 Success when the pod's PodDisruptionBudget allows it, 429
+TooManyRequests with the real message and DisruptionBudget cause when not; Pending/terminal pods skip
+the budget, unready pods go when the budget is met; DisruptionTarget condition before deletion;
+budgets computed from minAvailable/maxUnavailable (ints and percentages); two budgets are a 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from sim.api_disruption import budget, scaled
+from tests.sim_apiserver.conftest import Core, Http, pod
+
+PODS = "/api/v1/namespaces/default/pods"
+PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+
+
+def running_pod(core: Core, name: str, *, ready: bool = True, labels: dict[str, str] | None = None) -> None:
+    core.create_namespaced_pod("default", pod(name, labels=labels or {"app": "web"}))
+    core.create_namespaced_pod_binding(
+        name, "default", {"metadata": {"name": name}, "target": {"name": "n1"}}, _preload_content=False
+    )
+    core.patch_namespaced_pod_status(
+        name,
+        "default",
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            }
+        },
+    )
+
+
+def make_pdb(http: Http, name: str = "web", **spec: Any) -> None:
+    body = {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}}
+    assert http.post(PDBS, body).status_code == 201
+
+
+def evict(http: Http, name: str, **extra: Any) -> Any:
+    return http.post(
+        f"{PODS}/{name}/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "default"},
+            **extra,
+        },
+    )
+
+
+def test_eviction_blocked_by_the_budget_is_429_with_the_real_status(core: Core, http: Http) -> None:
+    running_pod(core, "a")
+    running_pod(core, "b")
+    make_pdb(http, minAvailable=2)
+    response = evict(http, "a")
+    assert response.status_code == 429
+    assert response.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason": "TooManyRequests",
+        "details": {
+            "causes": [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": "The disruption budget web needs 2 healthy pods and has 2 currently",
+                }
+            ]
+        },
+        "code": 429,
+    }
+    assert core.read_namespaced_pod("a", "default").metadata.deletion_timestamp is None
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_pod_eviction("a", "default", {"metadata": {"name": "a"}})
+    assert caught.value.status == 429
+
+
+def test_allowed_eviction_marks_then_deletes_and_uses_up_the_budget(core: Core, http: Http) -> None:
+    for name in ("a", "b", "c"):
+        running_pod(core, name)
+    make_pdb(http, maxUnavailable=1)
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    response = evict(http, "a")
+    assert response.status_code == 201
+    assert response.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
+    evicted = core.read_namespaced_pod("a", "default")
+    assert evicted.metadata.deletion_timestamp is not None  # bound: graceful deletion
+    target = next(c for c in evicted.status.conditions if c.type == "DisruptionTarget")
+    assert (target.status, target.reason) == ("True", "EvictionByEvictionAPI")
+    stream = http.get(f"{PODS}?watch=1&resourceVersion={rv}&timeoutSeconds=2", stream=True)
+    changes = [json.loads(line)["object"] for line in stream.iter_lines() if line]
+    assert [bool(c["metadata"].get("deletionTimestamp")) for c in changes] == [False, True]
+    assert changes[0]["status"]["conditions"][-1]["type"] == "DisruptionTarget"
+    assert evict(http, "b").status_code == 429  # a is no longer healthy: 2 healthy, 2 needed
+
+
+def test_pending_and_terminal_pods_ignore_the_budget(core: Core, http: Http) -> None:
+    core.create_namespaced_pod("default", pod("pending", labels={"app": "web"}))
+    running_pod(core, "done")
+    core.patch_namespaced_pod_status("done", "default", {"status": {"phase": "Succeeded"}})
+    make_pdb(http, maxUnavailable=0)
+    assert evict(http, "pending").status_code == 201
+    assert evict(http, "done").status_code == 201
+    assert core.list_namespaced_pod("default").items == []
+
+
+def test_unready_pod_may_go_when_the_budget_is_met(core: Core, http: Http) -> None:
+    running_pod(core, "a")
+    running_pod(core, "sick", ready=False)
+    make_pdb(http, minAvailable=1)
+    assert evict(http, "sick").status_code == 201
+    assert evict(http, "a").status_code == 429
+
+
+def test_pods_not_covered_by_a_budget_are_evicted(core: Core, http: Http) -> None:
+    running_pod(core, "a", labels={"app": "other"})
+    make_pdb(http, maxUnavailable=0)
+    assert evict(http, "a").status_code == 201
+
+
+def test_two_budgets_are_a_500(core: Core, http: Http) -> None:
+    running_pod(core, "a")
+    make_pdb(http, "one", maxUnavailable=1)
+    make_pdb(http, "two", maxUnavailable=1)
+    response = evict(http, "a")
+    assert response.status_code == 500
+    assert response.json()["message"] == (
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    )
+
+
+def test_eviction_of_a_missing_pod_is_404(http: Http) -> None:
+    assert evict(http, "ghost").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("spec", "ready", "expected"),
+    [
+        pytest.param({"minAvailable": 2}, 3, (3, 2, 3, 1), id="min-int"),
+        pytest.param({"minAvailable": "50%"}, 3, (3, 2, 3, 1), id="min-percent-rounds-up"),
+        pytest.param({"maxUnavailable": 1}, 3, (3, 2, 3, 1), id="max-int"),
+        pytest.param({"maxUnavailable": "34%"}, 3, (3, 1, 3, 2), id="max-percent-rounds-up"),
+        pytest.param({"maxUnavailable": 0}, 2, (3, 3, 2, 0), id="max-zero-unready"),
+        pytest.param({}, 3, (3, 0, 3, 3), id="neither"),
+    ],
+)
+def test_budget_arithmetic(spec: dict[str, Any], ready: int, expected: tuple[int, int, int, int]) -> None:
+    pdb = {"spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}}
+    pods = [
+        {
+            "metadata": {"labels": {"app": "web"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if i < ready else "False"}]},
+        }
+        for i in range(3)
+    ]
+    found = budget(pdb, pods)
+    assert (
+        found.expected,
+        found.desired_healthy,
+        found.current_healthy,
+        found.disruptions_allowed,
+    ) == expected
+    assert scaled("10%", 15) == 2
