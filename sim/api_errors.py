@@ -198,10 +198,6 @@ def internal_error(message: str) -> ApiError:
     )
 
 
-def timeout_error(message: str) -> ApiError:
-    return ApiError(failure(code=504, reason="Timeout", message=message, details={}))
-
-
 @dataclass(frozen=True)
 class FieldError:
     """One `field.Error`: `kind` is the Go ErrorType's string (FieldValueRequired, FieldValueInvalid, ...)."""

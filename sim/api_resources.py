@@ -278,11 +278,6 @@ def resource_type(group: str, version: str, name: str) -> ResourceType | None:
     return next((r for r in _BY_GROUP_VERSION.get((group, version), ()) if r.name == name), None)
 
 
-def resource_for_kind(api_version: str, kind: str) -> ResourceType | None:
-    group, _, version = api_version.rpartition("/")
-    return next((r for r in _BY_GROUP_VERSION.get((group, version), ()) if r.kind == kind), None)
-
-
 def builtin(group: str, name: str) -> ResourceType:
     """A resource type the emulator is known to serve (for its own use, not for request routing)."""
     found = next((r for r in RESOURCE_TYPES if r.group == group and r.name == name), None)

@@ -286,10 +286,6 @@ class FieldSelector:
     def matches(self, values: Mapping[str, str]) -> bool:
         return all((values.get(r.field, "") == r.value) == r.equal for r in self.requirements)
 
-    def value_of(self, field: str) -> str | None:
-        """The value required by `field=value`, if any (used to narrow watches cheaply)."""
-        return next((r.value for r in self.requirements if r.field == field and r.equal), None)
-
 
 def _split_unescaped(text: str, sep: str) -> list[str]:
     parts, current, i = [], [], 0

@@ -144,9 +144,6 @@ class Store:
             if namespace is None or key[0] == namespace:
                 yield bucket[key]
 
-    def count(self, storage: str) -> int:
-        return len(self._objects.get(storage, {}))
-
     def list_page(
         self,
         storage: str,

@@ -25,11 +25,6 @@ def format_time(now: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 
-def format_micro_time(now: float) -> str:
-    """metav1.MicroTime, as events.k8s.io/v1 eventTime uses it."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
-
-
 def parse_time(text: str) -> float:
     base = text.rstrip("Z").split(".")[0]
     return float(calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")))

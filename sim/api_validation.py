@@ -221,6 +221,16 @@ def _webhook_errors(obj: Obj) -> list[FieldError]:
                     versions,
                 )
             )
+        timeout = hook.get("timeoutSeconds")
+        if isinstance(timeout, int) and not 1 <= timeout <= 30:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"{where}.timeoutSeconds",
+                    "the timeout value must be between 1 and 30 seconds",
+                    timeout,
+                )
+            )
         client = hook.get("clientConfig") or {}
         if ("url" in client) == ("service" in client):
             errors.append(

@@ -15,6 +15,14 @@ From synchronous code (e.g. the official `kubernetes` client)::
 
 Command line: `python -m sim apiserver --listen 127.0.0.1:PORT --kubeconfig FILE` (runs until
 SIGINT/SIGTERM; prints the URL once listening, so PORT may be 0).
+
+Where it knowingly differs from a real cluster: no authentication or RBAC (the bearer token names the
+user); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
+answered); a `continue` token pages through the current state, not a snapshot at the first page's
+resourceVersion; PodDisruptionBudget status is not maintained (evictions compute the budget from the
+pods); namespace deletion removes the content at once; `propagationPolicy` is accepted but garbage
+collection is left to the simulated cluster; pods whose graceful deletion no kubelet finishes are
+removed `graceful_deletion_slack` seconds after their deletionTimestamp.
 """
 
 from __future__ import annotations
@@ -325,6 +333,12 @@ def parse_args(argv: list[str]) -> tuple[ApiServerSettings, str | None, str]:
     parser.add_argument("--watch-history", type=int, default=ApiServerSettings.watch_history)
     parser.add_argument("--request-log", action="store_true", help="log every request at INFO")
     parser.add_argument(
+        "--graceful-deletion-slack",
+        type=float,
+        default=ApiServerSettings.graceful_deletion_slack,
+        help="seconds after a pod's deletionTimestamp at which the server finishes its deletion itself",
+    )
+    parser.add_argument(
         "--service",
         type=_service,
         action="append",
@@ -341,6 +355,7 @@ def parse_args(argv: list[str]) -> tuple[ApiServerSettings, str | None, str]:
         port=args.listen[1],
         watch_history=args.watch_history,
         request_log=args.request_log,
+        graceful_deletion_slack=args.graceful_deletion_slack,
         service_resolver=MappingProxyType(dict(args.service)),
     )
     return settings, args.kubeconfig, args.log_level

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
+from sim.apiserver import kubeconfig
 from sim.clock import SimClock
 from sim.controllers import ControllerManager, ControllerSettings
 from sim.kubelet import Kubelet, KubeletSettings, LaunchGate
@@ -48,8 +50,6 @@ class ClusterSettings:
     stagger: StaggerConfig = field(default_factory=StaggerConfig)
     node_ip_prefix: str = "127.0.1."
     """Node i gets InternalIP ``<prefix><i+1>`` (Linux answers on all of 127/8)."""
-    release_slots: bool = True
-    """The kubelets free lockd slots (until lockd watches pods itself)."""
     lockd_ready_timeout_seconds: float = 20.0
     lockd_stop_timeout_seconds: float = 5.0
     lockd_sample_interval: str = "200ms"
@@ -215,7 +215,8 @@ class SimCluster:
                     cores=s.nodes.cores,
                     model=s.model,
                     lockd_url=lockd.spec.url if lockd is not None else None,
-                    release_slots=s.release_slots,
+                    # Standalone lockd cannot see pods become Ready: the kubelet gives the slot back.
+                    release_slots=s.stagger.lockd_mode == "standalone",
                     load_file=self.work_dir / f"{name}.load.json",
                     max_tick_seconds=s.kubelet_max_tick_seconds,
                     informer=s.informer,
@@ -254,6 +255,12 @@ class SimCluster:
         if s.stagger.policies.strip():
             policies = self.work_dir / "policies.yaml"
             policies.write_text(s.stagger.policies)
+        kubeconfig_path: Path | None = None
+        if s.stagger.lockd_mode == "cluster":
+            kubeconfig_path = self.work_dir / "lockd.kubeconfig"
+            kubeconfig_path.write_text(
+                yaml.safe_dump(kubeconfig(self.api_url, token="lockd"), sort_keys=False)
+            )
         for i, ip in enumerate(ips):
             name = node_name(i)
             load_file = self.work_dir / f"{name}.load.json"
@@ -268,6 +275,7 @@ class SimCluster:
                     log_file=self.work_dir / f"{name}.lockd.log",
                     cores=max(1, round(s.nodes.cores)),
                     labels={"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **s.nodes.labels},
+                    kubeconfig=kubeconfig_path,
                     sample_interval=s.lockd_sample_interval,
                     log_level=s.lockd_log_level,
                 )

@@ -1,4 +1,5 @@
-"""Real lockd processes for the simulated nodes (standalone mode, one per node address)."""
+"""Real lockd processes for the simulated nodes, one per node address: in cluster mode (watching the
+emulator through a kubeconfig) or standalone."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class LockdSpec:
     log_file: Path
     cores: int
     labels: Mapping[str, str] = field(default_factory=dict)
+    """Standalone mode only: stands in for the Node's labels."""
+    kubeconfig: Path | None = None
+    """Cluster mode when set: lockd lists and watches its node's pods and Node through the emulator."""
     sample_interval: str = "200ms"
     """lockd re-reads the load file this often (wall time)."""
     log_level: str = "warning"
@@ -41,8 +45,9 @@ class LockdSpec:
         return f"http://{self.host}:{self.port}"
 
     def argv(self) -> list[str]:
+        mode = ["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig is not None else ["--standalone"]
         argv = [
-            self.python, "-m", "lockd", "--standalone",
+            self.python, "-m", "lockd", *mode,
             "--listen", f"{self.host}:{self.port}",
             "--node-name", self.node_name,
             "--load-file", str(self.load_file),
@@ -52,7 +57,7 @@ class LockdSpec:
         ]  # fmt: skip
         if self.policies is not None:
             argv += ["--policies", str(self.policies)]
-        if self.labels:
+        if self.labels and self.kubeconfig is None:
             argv += ["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
         return argv
 
@@ -107,6 +112,15 @@ class LockdProcess:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+    async def kill(self) -> None:
+        """SIGKILL, as a crashing node agent or an OOM kill would: no graceful shutdown at all."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -61,6 +61,9 @@ class Workload:
     pod_failure_policy: Mapping[str, Any] | None = None
 
 
+LockdMode = Literal["cluster", "standalone"]
+
+
 @dataclass(frozen=True)
 class StaggerConfig:
     enabled: bool = False
@@ -69,6 +72,9 @@ class StaggerConfig:
     max_wait: str = "10m"
     policies: str = ""
     """lockd's policy file (YAML text)."""
+    lockd_mode: LockdMode = "cluster"
+    """cluster: lockd watches the pods of its node through the emulator and ends slots at Ready itself;
+    standalone: lockd knows only namespace/name and the kubelet gives slots back (DELETE) at Ready."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,7 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
 
 def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
     path = "stagger"
-    _allowed(data, path, {"enabled", "hostPort", "maxWait", "policies"})
+    _allowed(data, path, {"enabled", "hostPort", "maxWait", "policies", "lockdMode"})
     enabled = data.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ScenarioError(f"{path}.enabled: expected true or false (got {enabled!r})")
@@ -236,11 +242,15 @@ def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
     port = _integer(data, "hostPort", path, StaggerConfig.host_port)
     if port > 65535:
         raise ScenarioError(f"{path}.hostPort: must be a port number (got {port})")
+    mode = data.get("lockdMode", StaggerConfig.lockd_mode)
+    if mode not in ("cluster", "standalone"):
+        raise ScenarioError(f"{path}.lockdMode: must be cluster or standalone (got {mode!r})")
     return StaggerConfig(
         enabled=enabled,
         host_port=port,
         max_wait=_string(data, "maxWait", path, StaggerConfig.max_wait),
         policies=policies,
+        lockd_mode=mode,
     )
 
 

@@ -188,3 +188,23 @@ def wait_for_watch(server: ApiServerThread) -> None:
     while server.call(lambda: server.server.watch_count) == 0:
         assert time.monotonic() < deadline, "kubectl never started watching"
         time.sleep(0.05)
+
+
+def test_tools_script_installs_both_binaries_once(kubectl_binary: Path) -> None:
+    dest = kubectl_binary.parent
+    again = subprocess.run(
+        ["bash", str(REPO / "sim" / "tools.sh"), str(dest)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0 and again.stdout == ""  # already installed: nothing downloaded
+    helm = subprocess.run(
+        [str(dest / "helm"), "version", "--short"], capture_output=True, text=True, timeout=60
+    )
+    assert helm.returncode == 0 and helm.stdout.startswith("v")
+    client_version = subprocess.run(
+        [str(kubectl_binary), "version", "--client"], capture_output=True, text=True, timeout=60
+    )
+    assert "Client Version: v1.35." in client_version.stdout

@@ -216,3 +216,21 @@ def test_webhook_configuration_requires_side_effects(http: Http) -> None:
     response = http.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config)
     assert response.status_code == 422
     assert causes(response) == [("webhooks[0].sideEffects", "FieldValueRequired")]
+
+
+def test_webhook_timeout_is_bounded(http: Http) -> None:
+    config = {
+        "metadata": {"name": "w"},
+        "webhooks": [
+            {
+                "name": "w.example.com",
+                "sideEffects": "None",
+                "timeoutSeconds": 31,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://127.0.0.1:1/"},
+            }
+        ],
+    }
+    response = http.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config)
+    assert response.status_code == 422
+    assert causes(response) == [("webhooks[0].timeoutSeconds", "FieldValueInvalid")]
