@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str = "condition"
+    probe: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str = "condition", poll: float = 0.02
 ) -> None:
     """Polls `probe` until it is true: for states that come with time or through a watch, when there is
     no event the test itself can await."""
@@ -15,5 +15,5 @@ async def eventually(
     deadline = loop.time() + within
     while not await probe():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(poll)

@@ -47,6 +47,15 @@ async def _queue_length(session: aiohttp.ClientSession, base: str) -> int:
         return len((await response.json())["queue"])
 
 
+async def _until_queued(session: aiohttp.ClientSession, base: str, count: int) -> None:
+    """lockd has no event for 'n waiters queued' that a client could await: poll /status, bounded."""
+    deadline = time.monotonic() + 30
+    while await _queue_length(session, base) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} waiters did not queue within 30s")
+        await asyncio.sleep(0.01)
+
+
 async def _hammer(session: aiohttp.ClientSession, base: str, seconds: float) -> tuple[int, dict[int, int]]:
     deadline = time.monotonic() + seconds
     statuses: dict[int, int] = {}
@@ -111,10 +120,8 @@ async def run(*, seconds: float = 10.0) -> dict[str, str]:
                     tasks.append(asyncio.create_task(waiter(i)))
                     if i == 0:
                         # The first waiter queues first, so it is the one the DELETE below hands the slot to.
-                        while await _queue_length(session, base) < 1:
-                            await asyncio.sleep(0.01)
-                while await _queue_length(session, base) < WAITERS:
-                    await asyncio.sleep(0.05)
+                        await _until_queued(session, base, 1)
+                await _until_queued(session, base, WAITERS)
                 rss_waiters = info.memory_info().rss
 
                 total, statuses = await _hammer(session, base, seconds)

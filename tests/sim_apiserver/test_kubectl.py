@@ -14,27 +14,12 @@ import pytest
 
 from sim.apiserver import ApiServerSettings, ApiServerThread
 from tests.sim_apiserver.conftest import Core, Http, pod
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.tools import ROOT, tool
 
 
 @pytest.fixture(scope="session")
 def kubectl_binary() -> Path:
-    dest = REPO / ".tools" / "bin"
-    result = subprocess.run(
-        ["bash", str(REPO / "sim" / "tools.sh"), str(dest)],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    binary = dest / "kubectl"
-    if result.returncode != 0 or not binary.exists():
-        message = f"kubectl could not be installed by sim/tools.sh: {result.stderr.strip()[-800:]}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
+    return tool("kubectl")
 
 
 class Kubectl:
@@ -193,7 +178,7 @@ def wait_for_watch(server: ApiServerThread) -> None:
 def test_tools_script_installs_both_binaries_once(kubectl_binary: Path) -> None:
     dest = kubectl_binary.parent
     again = subprocess.run(
-        ["bash", str(REPO / "sim" / "tools.sh"), str(dest)],
+        ["bash", str(ROOT / "sim" / "tools.sh"), str(dest)],
         env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
