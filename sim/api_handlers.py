@@ -492,21 +492,33 @@ async def deletecollection_handler(
     return json_response({**listed, "items": deleted})
 
 
-async def _evict(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+async def _pod_action(
+    request: web.Request,
+    state: ApiState,
+    target: ResourcePath,
+    *,
+    subresource: str,
+    kind: GroupVersionKind,
+    action: Callable[..., api_errors.Status],
+    check_exists: bool,
+) -> web.StreamResponse:
+    """POST pods/NAME/eviction and pods/NAME/binding: admission on the subresource, then the action."""
     assert target.name is not None
     namespace = _namespace_of(target)
     body = await read_body(request)
     if not isinstance(body, dict):
-        raise api_errors.bad_request("the body must be a policy/v1 Eviction")
-    state.registry.get(target.rtype, namespace, target.name)  # 404 before admission, as the real handler
+        api_version = f"{kind['group']}/{kind['version']}" if kind["group"] else kind["version"]
+        raise api_errors.bad_request(f"the body must be a {api_version} {kind['kind']}")
+    if check_exists:
+        state.registry.get(target.rtype, namespace, target.name)  # 404 before admission, as the real handler
     dry_run = _dry_run(request)
-    eviction, warnings = await _admit(
+    admitted, warnings = await _admit(
         request,
         state,
         operation="CREATE",
         rtype=target.rtype,
-        subresource="eviction",
-        kind={"group": "policy", "version": "v1", "kind": "Eviction"},
+        subresource=subresource,
+        kind=kind,
         namespace=namespace,
         name=target.name,
         obj=body,
@@ -514,37 +526,34 @@ async def _evict(request: web.Request, state: ApiState, target: ResourcePath) ->
         options=_options("CreateOptions", request),
         dry_run=dry_run,
     )
-    status = api_podactions.evict(
-        state.registry, namespace, target.name, eviction or body, now=time.time(), dry_run=dry_run
+    status = action(
+        state.registry, namespace, target.name, admitted or body, now=time.time(), dry_run=dry_run
     )
     return json_response(status, status=201, warnings=warnings)
+
+
+async def _evict(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    return await _pod_action(
+        request,
+        state,
+        target,
+        subresource="eviction",
+        kind={"group": "policy", "version": "v1", "kind": "Eviction"},
+        action=api_podactions.evict,
+        check_exists=True,
+    )
 
 
 async def _bind(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
-    assert target.name is not None
-    namespace = _namespace_of(target)
-    body = await read_body(request)
-    if not isinstance(body, dict):
-        raise api_errors.bad_request("the body must be a v1 Binding")
-    dry_run = _dry_run(request)
-    binding, warnings = await _admit(
+    return await _pod_action(
         request,
         state,
-        operation="CREATE",
-        rtype=target.rtype,
+        target,
         subresource="binding",
         kind={"group": "", "version": "v1", "kind": "Binding"},
-        namespace=namespace,
-        name=target.name,
-        obj=body,
-        old=None,
-        options=_options("CreateOptions", request),
-        dry_run=dry_run,
+        action=api_podactions.bind,
+        check_exists=False,
     )
-    status = api_podactions.bind(
-        state.registry, namespace, target.name, binding or body, now=time.time(), dry_run=dry_run
-    )
-    return json_response(status, status=201, warnings=warnings)
 
 
 _HANDLERS: dict[str, Callable[[web.Request, ApiState, ResourcePath], Awaitable[web.StreamResponse]]] = {
