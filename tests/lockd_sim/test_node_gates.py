@@ -1,0 +1,196 @@
+"""Cluster-mode lockd's node gates on the simulated cluster, judged from the emulator's pod states:
+`waitForDaemonSets` holds every grant until a slow DaemonSet's pod is Ready, and `countAllStarting` counts
+pods that do not use stagger, so no grant is made while they fill the node's limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lockd.pods import is_ready, owner_kind, stage, uses_stagger
+from sim import podparams
+from sim.apiserver import ApiServer, ApiServerSettings
+from sim.cluster import ClusterSettings, SimCluster
+from sim.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
+from stagger.informer import Informer, InformerSettings
+from stagger.kube import PODS, RestClient, WatchEventType
+from stagger.names import Names
+from tests.waiting import eventually
+
+NAMES = Names()
+
+
+def one_node(policy: str) -> Scenario:
+    return Scenario(
+        name="gates",
+        nodes=NodePool(count=1, cores=4, memory="16Gi"),
+        workloads=(),
+        stagger=StaggerConfig(
+            enabled=True, host_port=0, max_wait="5m", policies=policy, lockd_mode="cluster"
+        ),
+        time_scale=4,
+    )
+
+
+class PodLog:
+    """Every pod change seen through a watch; `check` runs on each, in the order the API server made them."""
+
+    def __init__(
+        self, client: RestClient, check: Callable[[dict[str, dict[str, Any]], set[str]], None]
+    ) -> None:
+        self.informer = Informer(client=client, resource=PODS, settings=InformerSettings(retry_seconds=0.2))
+        self.informer.add_handler(self._on_pod)
+        self.ever_ready: set[str] = set()
+        self._check = check
+
+    def _on_pod(self, kind: WatchEventType, pod: dict[str, Any]) -> None:
+        if kind != "DELETED" and is_ready(pod):
+            self.ever_ready.add(pod["metadata"]["uid"])
+        self._check(self.informer.store, self.ever_ready)
+
+    def pods(self, predicate: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        return [pod for pod in self.informer.objects() if predicate(pod)]
+
+
+def granted(pod: dict[str, Any]) -> bool:
+    return bool((pod["metadata"].get("annotations") or {}).get(NAMES.granted_at_annotation))
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[ApiServer]:
+    async with ApiServer(ApiServerSettings(port=0)) as server:
+        yield server
+
+
+async def with_cluster(
+    api: ApiServer,
+    scenario: Scenario,
+    log_check: Callable[..., None],
+    body: Callable[[SimCluster, PodLog], Awaitable[None]],
+) -> None:
+    async with (
+        SimCluster(api_url=api.url, settings=ClusterSettings.from_scenario(scenario)) as cluster,
+        aiohttp.ClientSession() as session,
+    ):
+        log = PodLog(RestClient.for_url(session=session, base_url=api.url), log_check)
+        task = asyncio.create_task(log.informer.run())
+        try:
+            await log.informer.synced.wait()
+            await body(cluster, log)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def slow_daemonset() -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "slow-agent", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "slow-agent"}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": "slow-agent"},
+                    # 12 simulated CPU-seconds on an idle node: about 3 s of wall time at time scale 4.
+                    "annotations": {podparams.CPU_SECONDS: "12", podparams.LIVENESS_SECONDS: "none"},
+                },
+                "spec": {"containers": [{"name": "agent", "image": "registry.example/agent:1"}]},
+            },
+        },
+    }
+
+
+async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready(api: ApiServer) -> None:
+    scenario = one_node(
+        "nodePolicies:\n- name: gate\n  waitForDaemonSets: true\n  throttleConfig: {maxConcurrent: {value: 4}}\n"
+    )
+    violations: list[str] = []
+    waited_behind_agent: list[str] = []
+
+    def check(store: dict[str, dict[str, Any]], ever_ready: set[str]) -> None:
+        agents = [p for p in store.values() if (owner_kind(p) or ("", ""))[0] == "DaemonSet"]
+        agent_ready = bool(agents) and all(p["metadata"]["uid"] in ever_ready for p in agents)
+        for pod in store.values():
+            if not uses_stagger(pod, names=NAMES) or agent_ready:
+                continue
+            if granted(pod):
+                violations.append(pod["metadata"]["name"])
+            elif stage(pod) == "starting":
+                waited_behind_agent.append(pod["metadata"]["name"])
+
+    async def body(cluster: SimCluster, log: PodLog) -> None:
+        await cluster.apply(slow_daemonset())
+
+        async def agent_bound() -> bool:
+            return bool(
+                log.pods(
+                    lambda p: (owner_kind(p) or ("", ""))[0] == "DaemonSet" and p["spec"].get("nodeName")
+                )
+            )
+
+        await eventually(agent_bound, within=30, what="the DaemonSet pod on the node")
+        app = Workload(kind="Deployment", name="app", replicas=3, cpu_seconds=1)
+        await cluster.apply(
+            workload_manifest(app, stagger=replace(scenario.stagger, host_port=cluster.host_port))
+        )
+
+        async def all_ready() -> bool:
+            return len(log.pods(lambda p: uses_stagger(p, names=NAMES) and is_ready(p))) == 3
+
+        await eventually(all_ready, within=120, what="the 3 app pods Ready")
+
+    await with_cluster(api, scenario, check, body)
+    assert violations == []
+    assert waited_behind_agent, "the app pods never had to wait: the gate was not exercised"
+
+
+async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) -> None:
+    scenario = one_node(
+        "nodePolicies:\n- name: all\n  countAllStarting: true\n  throttleConfig: {maxConcurrent: {value: 2}}\n"
+    )
+    over_limit_grants: list[tuple[str, int]] = []
+    seen_granted: set[str] = set()
+
+    def check(store: dict[str, dict[str, Any]], ever_ready: set[str]) -> None:
+        def starting(pod: dict[str, Any]) -> bool:
+            return pod["metadata"]["uid"] not in ever_ready and stage(pod) == "starting"
+
+        plain = [p for p in store.values() if not uses_stagger(p, names=NAMES) and starting(p)]
+        holders = [p for p in store.values() if uses_stagger(p, names=NAMES) and granted(p) and starting(p)]
+        for pod in holders:
+            uid = pod["metadata"]["uid"]
+            if uid not in seen_granted:
+                seen_granted.add(uid)
+                # At the moment of a grant, plain starting pods plus granted ones must fit the limit.
+                if len(plain) + len(holders) > 2:
+                    over_limit_grants.append((pod["metadata"]["name"], len(plain) + len(holders)))
+
+    async def body(cluster: SimCluster, log: PodLog) -> None:
+        plain = Workload(kind="Deployment", name="plain", replicas=2, cpu_seconds=6, stagger=False)
+        await cluster.apply(workload_manifest(plain, stagger=scenario.stagger))
+
+        async def plain_running() -> bool:
+            return (
+                len(log.pods(lambda p: not uses_stagger(p, names=NAMES) and p["spec"].get("nodeName"))) == 2
+            )
+
+        await eventually(plain_running, within=30, what="the plain pods on the node")
+        app = Workload(kind="Deployment", name="app", replicas=3, cpu_seconds=1)
+        await cluster.apply(
+            workload_manifest(app, stagger=replace(scenario.stagger, host_port=cluster.host_port))
+        )
+
+        async def all_ready() -> bool:
+            return len(log.pods(is_ready)) == 5
+
+        await eventually(all_ready, within=120, what="all 5 pods Ready")
+
+    await with_cluster(api, scenario, check, body)
+    assert len(seen_granted) == 3
+    assert over_limit_grants == []
