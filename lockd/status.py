@@ -141,24 +141,24 @@ def render_text(status: Status) -> str:
         f"slots in use: {len(status['slots'])}" + ("" if limit is None else f" of {limit}"),
     ]
     if status["slots"]:
-        out += [
-            "  " + line
-            for line in _table(
-                ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN", "HELD BECAUSE"],
-                [
-                    [
-                        s["namespace"] or "-",
-                        s["name"],
-                        s["uid"] or "-",
-                        s["grantedAt"],
-                        f"{s['ageSeconds']:.1f}s",
-                        f"{s['expiresInSeconds']:.0f}s",
-                        "granting…" if s.get("pending") else s.get("heldBecause", "-"),
-                    ]
-                    for s in status["slots"]
-                ],
-            )
+        # The HELD BECAUSE column only means something in cluster mode, where lockd sees the pods.
+        cluster = any("heldBecause" in s for s in status["slots"])
+        headers = ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN"] + (
+            ["HELD BECAUSE"] if cluster else []
+        )
+        rows = [
+            [
+                s["namespace"] or "-",
+                s["name"],
+                s["uid"] or "-",
+                s["grantedAt"],
+                f"{s['ageSeconds']:.1f}s",
+                f"{s['expiresInSeconds']:.0f}s",
+            ]
+            + (["granting…" if s.get("pending") else s.get("heldBecause", "-")] if cluster else [])
+            for s in status["slots"]
         ]
+        out += ["  " + line for line in _table(headers, rows)]
     out += ["", f"waiting: {len(status['queue'])}"]
     if status["queue"]:
         out += [

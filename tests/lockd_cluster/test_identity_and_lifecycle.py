@@ -49,6 +49,8 @@ async def test_grant_patches_the_pod_once(start_lockd, kube) -> None:
     assert status["mode"] == "cluster"
     assert status["slots"][0]["phase"] == "Pending"
     assert status["slots"][0]["heldBecause"]
+    text = await (await lockd.client.get("/status", params={"format": "text"})).text()
+    assert "HELD BECAUSE" in text and "mode cluster" in text
 
 
 @pytest.mark.parametrize(
