@@ -349,8 +349,10 @@ class LockService:
     def pod_changed(self, key: ledger.PodKey, stage: Stage) -> None:
         """A pod on the node changed: its slot ends when it is Ready (not before minHold), finished or gone."""
         if stage == "starting":
-            # Another pod starting (countAllStarting) or a DaemonSet pod changing can change answers.
-            self.wakeup.notify()
+            # A pod still starting changes answers only through countAllStarting or waitForDaemonSets;
+            # otherwise waking every long poll for each status update of each pod would be wasted work.
+            if self.node_policy.count_all_starting or self.node_policy.wait_for_daemonsets:
+                self.wakeup.notify()
             return
         slot = self.ledger.slots.get(key)
         if slot is not None and not slot.pending:
@@ -412,6 +414,9 @@ class LockService:
 
     def apply_policy(self, active: ActivePolicy) -> None:
         """Switch node policy without dropping held slots; the rate limit's level carries over."""
+        if active == self.active:
+            # Node objects change often (status, heartbeats); only a different policy is worth a switch.
+            return
         previous = self.active
         throttle = self._make_throttle(active.node_policy)
         throttle.carry_over(self.throttle)
