@@ -46,6 +46,7 @@ __all__ = [
     "describe_node_policy",
     "load_policy_file",
     "parse_policy_file",
+    "parse_policy_text",
     "select_node_policy",
 ]
 
