@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
 
 from __future__ import annotations
 
@@ -9,20 +9,22 @@ import sys
 
 from tests.bench import lockd_bench
 
+KNOWN: dict[str, lockd_bench.Mode] = {"lockd": "standalone", "lockd-cluster": "cluster"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
-    parser.add_argument("which", nargs="*", help="benchmarks to run: lockd (default: all)")
+    parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(KNOWN)} (default: all)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
     args = parser.parse_args(argv)
-    args.which = args.which or ["lockd"]
-    unknown = set(args.which) - {"lockd"}
+    args.which = args.which or list(KNOWN)
+    unknown = set(args.which) - set(KNOWN)
     if unknown:
-        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: lockd")
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: {', '.join(KNOWN)}")
     results = {}
-    if "lockd" in args.which:
-        results["lockd"] = asyncio.run(lockd_bench.run(seconds=args.seconds))
+    for name in args.which:
+        results[name] = asyncio.run(lockd_bench.run(seconds=args.seconds, mode=KNOWN[name]))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

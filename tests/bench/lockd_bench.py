@@ -1,26 +1,49 @@
-"""lockd's memory and throughput, measured against a real `python -m lockd` process on loopback.
+"""lockd's memory and throughput, measured against a real `python -m lockd` process on loopback, in
+standalone mode and in cluster mode (watching the pods of its node on the sim API emulator, a process too).
 
 - RSS at rest, and with 100 long-polling waiters queued.
 - Requests per second on the 423 path (a full node answering "wait"), from an aiohttp load generator
-  with 32 concurrent connections in this process (each request asks for one of 200 pod names, wait=0).
+  with 32 concurrent connections in this process, cycling over 100 other pods (wait=0).
 - Long-poll hand-off: time from a DELETE freeing the slot to the oldest waiter's 200.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import aiohttp
 import psutil
 
+from stagger.kube import NAMESPACES, NODES, PODS, RestClient
+
 CONNECTIONS = 32
 WAITERS = 100
+HAMMER_PODS = 100
+NODE = "bench-node"
+Mode = Literal["standalone", "cluster"]
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str = ""
+
+    def query(self, **extra: str) -> dict[str, str]:
+        query = {"namespace": self.namespace, "name": self.name, **extra}
+        if self.uid:
+            query["uid"] = self.uid
+        return query
 
 
 def _free_port() -> int:
@@ -29,17 +52,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def _wait_healthy(session: aiohttp.ClientSession, base: str) -> None:
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("STAGGER_", "POD_", "KUBECONFIG"))}
+
+
+async def _wait_ok(session: aiohttp.ClientSession, url: str, *, what: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        try:
-            async with session.get(f"{base}/healthz") as response:
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as response:
                 if response.status == 200:
                     return
-        except aiohttp.ClientError:
-            pass
         await asyncio.sleep(0.05)
-    raise RuntimeError("lockd did not become healthy within 30s")
+    raise RuntimeError(f"{what} did not answer 200 at {url} within 30s")
 
 
 async def _queue_length(session: aiohttp.ClientSession, base: str) -> int:
@@ -56,15 +81,16 @@ async def _until_queued(session: aiohttp.ClientSession, base: str, count: int) -
         await asyncio.sleep(0.01)
 
 
-async def _hammer(session: aiohttp.ClientSession, base: str, seconds: float) -> tuple[int, dict[int, int]]:
+async def _hammer(
+    session: aiohttp.ClientSession, base: str, pods: list[Pod], seconds: float
+) -> tuple[int, dict[int, int]]:
     deadline = time.monotonic() + seconds
     statuses: dict[int, int] = {}
 
     async def worker(index: int) -> None:
         i = index
         while time.monotonic() < deadline:
-            params = {"namespace": "bench", "name": f"p-{i % 200}"}
-            async with session.get(f"{base}/v1/lock", params=params) as response:
+            async with session.get(f"{base}/v1/lock", params=pods[i % len(pods)].query()) as response:
                 await response.read()
                 statuses[response.status] = statuses.get(response.status, 0) + 1
             i += CONNECTIONS
@@ -73,74 +99,130 @@ async def _hammer(session: aiohttp.ClientSession, base: str, seconds: float) -> 
     return sum(statuses.values()), statuses
 
 
-async def run(*, seconds: float = 10.0) -> dict[str, str]:
+async def _process(*argv: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *argv, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+
+
+@contextlib.asynccontextmanager
+async def _running(proc: asyncio.subprocess.Process) -> AsyncIterator[asyncio.subprocess.Process]:
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+async def _cluster_pods(session: aiohttp.ClientSession, api_url: str, names: list[str]) -> list[Pod]:
+    """The node and its pods in the emulator, as the scheduler would have bound them."""
+    client = RestClient.for_url(session=session, base_url=api_url)
+    await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+    pods = []
+    for name in names:
+        created = await client.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "bench"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "example/app:1"}]},
+            },
+            namespace="bench",
+        )
+        pods.append(Pod("bench", name, created["metadata"]["uid"]))
+    return pods
+
+
+async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, str]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
+    names = ["holder"] + [f"w-{i}" for i in range(WAITERS)] + [f"p-{i}" for i in range(HAMMER_PODS)]
+    connector = aiohttp.TCPConnector(limit=CONNECTIONS + WAITERS + 8)
     with tempfile.TemporaryDirectory() as tmp:
         policies = Path(tmp) / "policies.yaml"
         policies.write_text(
             "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STAGGER_")}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "lockd",
-            "--standalone",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--policies",
-            str(policies),
-            "--log-level",
-            "warning",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        info = psutil.Process(proc.pid)
-        connector = aiohttp.TCPConnector(limit=CONNECTIONS + WAITERS + 8)
-        try:
-            async with aiohttp.ClientSession(connector=connector) as session:
-                await _wait_healthy(session, base)
-                await asyncio.sleep(1.0)
-                rss_rest = info.memory_info().rss
-                async with session.get(
-                    f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}
-                ) as r:
-                    assert r.status == 200, r.status
+        async with contextlib.AsyncExitStack() as stack:
+            session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
+            lockd_mode = ["--standalone"]
+            pods = [Pod("bench", name) for name in names]
+            if mode == "cluster":
+                api_port = _free_port()
+                kubeconfig = Path(tmp) / "kubeconfig"
+                await stack.enter_async_context(
+                    _running(
+                        await _process(
+                            sys.executable,
+                            "-m",
+                            "sim",
+                            "apiserver",
+                            "--listen",
+                            f"127.0.0.1:{api_port}",
+                            "--kubeconfig",
+                            str(kubeconfig),
+                        )
+                    )
+                )
+                api_url = f"http://127.0.0.1:{api_port}"
+                await _wait_ok(session, f"{api_url}/version", what="the API emulator")
+                pods = await _cluster_pods(session, api_url, names)
+                lockd_mode = ["--kubeconfig", str(kubeconfig), "--node-name", NODE, "--no-events"]
+            proc = await stack.enter_async_context(
+                _running(
+                    await _process(
+                        sys.executable,
+                        "-m",
+                        "lockd",
+                        *lockd_mode,
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--policies",
+                        str(policies),
+                        "--log-level",
+                        "warning",
+                    )
+                )
+            )
+            info = psutil.Process(proc.pid)
+            await _wait_ok(session, f"{base}/readyz", what="lockd")
+            await asyncio.sleep(1.0)
+            rss_rest = info.memory_info().rss
+            holder, waiters, others = pods[0], pods[1 : WAITERS + 1], pods[WAITERS + 1 :]
+            async with session.get(f"{base}/v1/lock", params=holder.query()) as r:
+                assert r.status == 200, r.status
 
-                async def waiter(i: int) -> tuple[int, float]:
-                    params = {"namespace": "waiters", "name": f"w-{i}", "wait": "60"}
-                    async with session.get(f"{base}/v1/lock", params=params) as response:
-                        await response.read()
-                        return response.status, time.monotonic()
+            async def wait(pod: Pod) -> tuple[int, float]:
+                async with session.get(f"{base}/v1/lock", params=pod.query(wait="60")) as response:
+                    await response.read()
+                    return response.status, time.monotonic()
 
-                tasks = []
-                for i in range(WAITERS):
-                    tasks.append(asyncio.create_task(waiter(i)))
-                    if i == 0:
-                        # The first waiter queues first, so it is the one the DELETE below hands the slot to.
-                        await _until_queued(session, base, 1)
-                await _until_queued(session, base, WAITERS)
-                rss_waiters = info.memory_info().rss
+            tasks = []
+            for i, pod in enumerate(waiters):
+                tasks.append(asyncio.create_task(wait(pod)))
+                if i == 0:
+                    # The first waiter queues first, so it is the one the DELETE below hands the slot to.
+                    await _until_queued(session, base, 1)
+            await _until_queued(session, base, WAITERS)
+            rss_waiters = info.memory_info().rss
 
-                total, statuses = await _hammer(session, base, seconds)
+            total, statuses = await _hammer(session, base, others, seconds)
 
-                released_at = time.monotonic()
-                async with session.delete(
-                    f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}
-                ) as r:
-                    assert r.status == 200
-                status, answered_at = await tasks[0]
-                handoff_ms = (answered_at - released_at) * 1000
-                for task in tasks[1:]:
-                    task.cancel()
-                await asyncio.gather(*tasks[1:], return_exceptions=True)
-                rss_after = info.memory_info().rss
-        finally:
-            proc.terminate()
-            await proc.wait()
+            released_at = time.monotonic()
+            async with session.delete(f"{base}/v1/lock", params=holder.query()) as r:
+                assert r.status == 200, r.status
+            status, answered_at = await tasks[0]
+            handoff_ms = (answered_at - released_at) * 1000
+            for task in tasks[1:]:
+                task.cancel()
+            await asyncio.gather(*tasks[1:], return_exceptions=True)
+            rss_after = info.memory_info().rss
+    pods_note = f", {len(names)} pods on the node" if mode == "cluster" else ""
     return {
+        "mode": mode + pods_note,
         "rss at rest": f"{rss_rest / 2**20:.1f} MiB",
         f"rss with {WAITERS} long-polling waiters": f"{rss_waiters / 2**20:.1f} MiB",
         "rss after the 423 run": f"{rss_after / 2**20:.1f} MiB",
