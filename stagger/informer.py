@@ -66,6 +66,8 @@ class Informer:
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        # The last resourceVersion seen (list or watch event, bookmarks included); None before the first list.
+        self.resource_version: str | None = None
         self._client = client
         self._settings = settings
         self._namespace = namespace
@@ -95,17 +97,17 @@ class Informer:
             self._notify("DELETED", removed)
 
     async def run(self) -> None:
-        """List, then watch for ever (until cancelled)."""
-        resource_version: str | None = None
+        """List, then watch for ever (until cancelled). Run again after a cancel, it resumes from the last
+        resourceVersion it saw, and relists only if the server says that version is gone (410)."""
         while True:
             try:
-                if resource_version is None:
-                    resource_version = await self._relist()
-                resource_version = await self._watch(resource_version)
+                if self.resource_version is None:
+                    self.resource_version = await self._relist()
+                await self._watch()
             except ApiError as exc:
                 if exc.status == 410:
                     logger.info("%s watch expired (410 Gone), relisting", self.resource.plural)
-                    resource_version = None
+                    self.resource_version = None
                     continue
                 logger.warning("%s list/watch failed: %s", self.resource.plural, exc)
                 await asyncio.sleep(self._settings.retry_seconds)
@@ -131,10 +133,11 @@ class Informer:
         self.synced.set()
         return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
 
-    async def _watch(self, resource_version: str) -> str:
+    async def _watch(self) -> None:
+        assert self.resource_version is not None
         async for event in self._client.watch(
             self.resource,
-            resource_version=resource_version,
+            resource_version=self.resource_version,
             timeout_seconds=self._settings.watch_timeout_seconds,
             namespace=self._namespace,
             label_selector=self._label_selector,
@@ -143,10 +146,9 @@ class Informer:
             obj = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if version:
-                resource_version = str(version)
+                self.resource_version = str(version)
             if event["type"] != "BOOKMARK":
                 self._apply(event["type"], obj)
-        return resource_version
 
     def _apply(self, kind: WatchEventType, obj: Obj) -> None:
         key = cache_key(obj)

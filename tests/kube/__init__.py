@@ -1,0 +1,1 @@
+"""stagger.kube and stagger.informer against the API emulator."""
