@@ -30,8 +30,6 @@ _PATCH_CONTENT_TYPES: dict[PatchType, str] = {
 }
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-# Bound service account tokens rotate (about hourly); re-reading the file this often keeps us current.
-TOKEN_REFRESH_SECONDS = 60.0
 
 
 class WatchEvent(TypedDict):
@@ -127,6 +125,8 @@ class ClusterConfig:
     client_cert: Path | None = None
     client_key: Path | None = None
     verify: bool = True
+    # Bound service account tokens rotate (about hourly); re-reading the file this often keeps us current.
+    token_refresh_seconds: float = 60.0
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
@@ -203,7 +203,7 @@ class _Token:
         if self.config.token_file is None:
             return self.config.token
         now = time.monotonic()
-        if now - self.read_at >= TOKEN_REFRESH_SECONDS:
+        if now - self.read_at >= self.config.token_refresh_seconds:
             try:
                 self.value = self.config.token_file.read_text().strip()
                 self.read_at = now

@@ -1,0 +1,85 @@
+"""Where lockd finds the API server: a kubeconfig (read by the official client's loader) or the in-cluster
+service account; the bearer token is sent (and re-read from its file, which the kubelet rotates); HTTPS
+is verified against the configured CA, with trustme certificates."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+import trustme
+from aiohttp import web
+
+from stagger import kube
+
+
+def test_kubeconfig_with_token(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:6443'}\n"
+        "users:\n- name: u\n  user: {token: abc}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n"
+        "current-context: x\n"
+    )
+    config = kube.load_config(kubeconfig=path)
+    assert config.server == "http://127.0.0.1:6443"
+    assert config.token == "abc"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(None, "does not exist", id="missing"),
+        pytest.param("apiVersion: v1\nkind: Config\n", "kubeconfig", id="empty"),
+    ],
+)
+def test_bad_kubeconfig_is_a_config_error(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(kube.ConfigError, match=message):
+        kube.load_config(kubeconfig=path)
+
+
+def test_in_cluster(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("tok\n")
+    (tmp_path / "ca.crt").write_text("not read here")
+    config = kube.in_cluster_config(
+        environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}, directory=tmp_path
+    )
+    assert config.server == "https://10.0.0.1:443"
+    assert config.token_file == tmp_path / "token"
+    assert config.ca_file == tmp_path / "ca.crt"
+    with pytest.raises(kube.ConfigError, match="not running in a cluster"):
+        kube.in_cluster_config(environ={}, directory=tmp_path)
+
+
+async def test_https_verified_against_the_ca_with_a_rotating_token(tmp_path: Path, aiohttp_server) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_ssl)
+    seen: list[str] = []
+
+    async def version(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response({"gitVersion": "v1.30.0"})
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    server = await aiohttp_server(app, ssl=server_ssl)
+    ca_file = tmp_path / "ca.crt"
+    ca.cert_pem.write_to_path(str(ca_file))
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    url = f"https://127.0.0.1:{server.port}"
+    async with aiohttp.ClientSession() as session:
+        client = kube.RestClient(
+            session=session, config=kube.ClusterConfig(server=url, token_file=token, ca_file=ca_file)
+        )
+        assert (await client.request("GET", "/version"))["gitVersion"] == "v1.30.0"
+        assert seen == ["Bearer first"]
+        untrusted = kube.RestClient(session=session, config=kube.ClusterConfig(server=url, token="x"))
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await untrusted.request("GET", "/version")
