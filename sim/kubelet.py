@@ -45,7 +45,6 @@ from sim.objects import (
     Obj,
     is_pod_finished,
     is_terminating,
-    key_of,
     name_of,
     namespace_of,
     uid_of,
@@ -72,7 +71,7 @@ from sim.startup import (
     start_container,
     starting_count,
 )
-from stagger.informer import Informer, InformerSettings
+from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import CONFIGMAPS, PODS, ApiError, RestClient
 
 logger = logging.getLogger(__name__)
@@ -303,7 +302,7 @@ class Kubelet:
         mains = list(spec.get("containers") or [])
         rt = PodRuntime(
             uid=uid_of(pod),
-            key=key_of(pod),
+            key=cache_key(pod),
             pod=pod,
             pod_ip=self._allocate_ip(),
             start_time=now,
@@ -645,7 +644,7 @@ class Kubelet:
             )
         except ApiError as exc:
             if exc.status not in (404, 409):
-                logger.warning("%s: deleting %s failed: %s", self.settings.node_name, key_of(pod), exc)
+                logger.warning("%s: deleting %s failed: %s", self.settings.node_name, cache_key(pod), exc)
 
     async def _stop_init(self, rt: PodRuntime) -> None:
         if rt.process is not None and rt.process.returncode is None:

@@ -30,12 +30,6 @@ def uid_of(obj: Mapping[str, Any]) -> str:
     return str(meta(obj).get("uid", ""))
 
 
-def key_of(obj: Mapping[str, Any]) -> str:
-    """``namespace/name`` (or ``name`` for cluster-scoped objects), like client-go's cache keys."""
-    ns = namespace_of(obj)
-    return f"{ns}/{name_of(obj)}" if ns else name_of(obj)
-
-
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     labels = meta(obj).get("labels")
     return dict(labels) if isinstance(labels, dict) else {}
@@ -105,15 +99,6 @@ def is_pod_ready(pod: Mapping[str, Any]) -> bool:
 
 def node_name_of(pod: Mapping[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def resource_version_newer(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """True unless ``new`` is provably older than ``old`` (resourceVersions compared as integers when
-    both are; otherwise they are opaque and the newer-arriving one wins)."""
-    a, b = meta(new).get("resourceVersion"), meta(old).get("resourceVersion")
-    if isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit():
-        return int(a) >= int(b)
-    return True
 
 
 def set_condition(

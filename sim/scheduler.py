@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sim.clock import SimClock
-from sim.objects import key_of, rfc3339, set_condition
+from sim.objects import rfc3339, set_condition
 from sim.placement import (
     DEFAULT_SCHEDULER,
     Bind,
@@ -20,7 +20,7 @@ from sim.placement import (
     needs_condition_update,
     schedule,
 )
-from stagger.informer import Informer, InformerSettings
+from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class Scheduler:
                     assumed = copy.deepcopy(pod)
                     assumed.setdefault("spec", {})["nodeName"] = decision.node
                     self.pods.record(assumed)
-                    logger.debug("bound %s to %s", key_of(pod), decision.node)
+                    logger.debug("bound %s to %s", cache_key(pod), decision.node)
                 elif isinstance(decision, MarkUnschedulable) and needs_condition_update(pod, decision):
                     conditions = set_condition(
                         (pod.get("status") or {}).get("conditions") or [],
