@@ -28,6 +28,7 @@ from lockd.wire import ErrorBody, LockDenied, LockGranted, Released
 from stagger import events, kube, policy, throttles
 from stagger.informer import InformerSettings
 from stagger.names import Names
+from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ async def lock(request: web.Request) -> web.Response:
         "granted": True,
         "namespace": query.namespace,
         "name": query.name,
-        "grantedAt": status.rfc3339(outcome.slot.granted_wall),
+        "grantedAt": format_rfc3339(outcome.slot.granted_wall),
     }
     return web.json_response(body)
 

@@ -17,11 +17,11 @@ import aiohttp
 from lockd import ledger, pods
 from lockd.groups import GroupClient
 from lockd.service import LockService
-from lockd.status import rfc3339
 from stagger import events, policy, throttles
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import NODES, PODS, ApiError, RestClient, WatchEventType
 from stagger.names import Names
+from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ClusterFinisher:
                 return verdict
         patch = {
             "metadata": {
-                "annotations": {self._names.granted_at_annotation: rfc3339(wall)},
+                "annotations": {self._names.granted_at_annotation: format_rfc3339(wall)},
                 "labels": {self._names.staggered_label: None},
             }
         }

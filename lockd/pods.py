@@ -4,12 +4,12 @@ readiness, and the slots to rebuild after a restart."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagger.names import Names
+from stagger.timestamps import parse_rfc3339
 
 Pod = Mapping[str, Any]
 Stage = Literal["starting", "ready", "finished", "deleted"]
@@ -124,17 +124,6 @@ def daemonsets_not_ready(pods: Iterable[Pod], *, own_pod: tuple[str, str] | None
     return sorted(waiting)
 
 
-def parse_time(text: str) -> float | None:
-    """RFC 3339 (as Kubernetes writes it) → epoch seconds; None if it is not one."""
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (TypeError, ValueError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
-
-
 @dataclass(frozen=True)
 class HeldSlot:
     namespace: str
@@ -150,7 +139,7 @@ def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
         granted = (meta(pod).get("annotations") or {}).get(names.granted_at_annotation)
         if not granted or stage(pod) != "starting":
             continue
-        when = parse_time(str(granted))
+        when = parse_rfc3339(str(granted))
         if when is None:
             continue
         namespace, name = key_of(pod)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from typing import Any, TypedDict
 
 from lockd import ledger
 from lockd.service import ActivePolicy, Counters
 from stagger import policy, throttles
-
-
-def rfc3339(epoch: float) -> str:
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+from stagger.timestamps import format_rfc3339
 
 
 class LoadStatus(TypedDict):
@@ -74,7 +69,7 @@ def build_status(
             "namespace": slot.namespace,
             "name": slot.name,
             "uid": slot.uid,
-            "grantedAt": rfc3339(slot.granted_wall),
+            "grantedAt": format_rfc3339(slot.granted_wall),
             "ageSeconds": round(now - slot.granted_at, 3),
             "expiresInSeconds": round(max(0.0, slot.expires_at - now), 3),
             "pending": slot.pending,

@@ -4,7 +4,6 @@ API server for them. One event per change of state, never one per poll: callers 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import secrets
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from typing import Any, Literal
 import aiohttp
 
 from stagger.kube import EVENTS, ApiError, RestClient
+from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def pod_event(
     kind: EventType = "Normal",
 ) -> dict[str, Any]:
     """A core/v1 Event about a pod, as `kubectl describe pod` shows it. Pure."""
-    stamp = datetime.datetime.fromtimestamp(wall, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    micro = datetime.datetime.fromtimestamp(wall, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = format_rfc3339(wall, digits=0)
+    micro = format_rfc3339(wall, digits=6)
     return {
         "apiVersion": "v1",
         "kind": "Event",

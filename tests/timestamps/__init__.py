@@ -1,0 +1,1 @@
+"""RFC 3339 timestamps."""
