@@ -268,28 +268,30 @@ async def _expire_slots(app: web.Application) -> None:
         await asyncio.sleep(delay)
 
 
+def _digest(text: str) -> str:
+    # Compared on every reload check, so an unchanged file is neither parsed nor logged again.
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def reload_policy(app: web.Application) -> bool:
     """Re-read the policy file if it changed. A bad file is logged and the last good policy stays."""
     settings, state = app[SETTINGS], app[POLICY]
     if settings.policies is None:
         return False
     try:
-        raw = settings.policies.read_bytes()
-    except OSError as err:
-        message = f"cannot read {settings.policies}: {err.strerror or err}"
-        if message != state.last_error:
-            logger.error("policy reload failed, keeping the last good policy: %s", message)
+        text = policy.read_policy_text(settings.policies)
+    except policy.PolicyError as err:
+        if str(err) != state.last_error:
+            logger.error("policy reload failed, keeping the last good policy: %s", err)
             app[METRICS].policy_reloads.labels(result="error").inc()
-        state.last_error = message
+        state.last_error = str(err)
         return False
-    digest = hashlib.sha256(raw).hexdigest()
+    digest = _digest(text)
     if digest == state.digest:
         return False
     state.digest = digest
     try:
-        parsed = policy.parse_policy_text(
-            raw.decode("utf-8", errors="replace"), source=str(settings.policies)
-        )
+        parsed = policy.parse_policy_text(text, source=str(settings.policies))
     except policy.PolicyError as err:
         state.last_error = str(err)
         logger.error("policy reload failed, keeping the last good policy:\n%s", err)
@@ -398,18 +400,11 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     """Builds the app. Raises `policy.PolicyError` (naming every bad field) if the policy file is bad, and
     `kube.ConfigError` in cluster mode when there is no way to reach the API server."""
     if settings.policies is not None:
-        try:
-            raw = settings.policies.read_bytes()
-        except OSError as err:
-            raise policy.PolicyError(
-                [f"{settings.policies}: cannot read the policy file: {err.strerror or err}"],
-                source=str(settings.policies),
-            ) from err
-        policy_file = policy.parse_policy_text(
-            raw.decode("utf-8", errors="replace"), source=str(settings.policies)
-        )
+        text = policy.read_policy_text(settings.policies)
         state = PolicyState(
-            policy_file=policy_file, source=str(settings.policies), digest=hashlib.sha256(raw).hexdigest()
+            policy_file=policy.parse_policy_text(text, source=str(settings.policies)),
+            source=str(settings.policies),
+            digest=_digest(text),
         )
     else:
         state = PolicyState(policy_file=None, source="built-in")

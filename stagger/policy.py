@@ -47,6 +47,7 @@ __all__ = [
     "load_policy_file",
     "parse_policy_file",
     "parse_policy_text",
+    "read_policy_text",
     "select_node_policy",
 ]
 
@@ -545,15 +546,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
-    """Read, parse and validate a policy file; raises PolicyError naming the file (and line for YAML)."""
+def read_policy_text(path: str | os.PathLike[str]) -> str:
+    """The file's text; raises PolicyError naming the file when it cannot be read or is not UTF-8."""
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise PolicyError([f"{source}: cannot read the policy file: {reason}"], source=source) from error
-    return parse_policy_text(text, source=source)
+
+
+def load_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
+    """Read, parse and validate a policy file; raises PolicyError naming the file (and line for YAML)."""
+    return parse_policy_text(read_policy_text(path), source=os.fspath(path))
 
 
 def parse_policy_text(text: str, *, source: str = "<policy>") -> PolicyFile:

@@ -101,3 +101,12 @@ async def test_node_labels_choose_the_node_policy(start_lockd) -> None:
     status = await big.status()
     assert status["policy"]["name"] == "big"
     assert "priority 10" in status["policy"]["why"]
+
+
+async def test_unreadable_policy_file_keeps_the_last_good_policy(start_lockd) -> None:
+    lockd = await start_lockd(limit_policy(1))
+    lockd.policy_path.unlink()
+    assert lockd_app.reload_policy(lockd.app) is False
+    status = await lockd.status()
+    assert status["policy"]["name"] == "test"
+    assert "cannot read the policy file" in status["policy"]["lastReloadError"]
