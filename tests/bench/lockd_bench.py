@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import sys
 import tempfile
 import time
@@ -25,6 +23,7 @@ import aiohttp
 import psutil
 
 from stagger.kube import NAMESPACES, NODES, PODS, RestClient
+from tests.processes import clean_env, free_port
 
 CONNECTIONS = 32
 WAITERS = 100
@@ -44,16 +43,6 @@ class Pod:
         if self.uid:
             query["uid"] = self.uid
         return query
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("STAGGER_", "POD_", "KUBECONFIG"))}
 
 
 async def _wait_ok(session: aiohttp.ClientSession, url: str, *, what: str) -> None:
@@ -101,7 +90,7 @@ async def _hammer(
 
 async def _process(*argv: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        *argv, env=_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *argv, env=clean_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )
 
 
@@ -137,7 +126,7 @@ async def _cluster_pods(session: aiohttp.ClientSession, api_url: str, names: lis
 
 
 async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, str]:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     names = ["holder"] + [f"w-{i}" for i in range(WAITERS)] + [f"p-{i}" for i in range(HAMMER_PODS)]
     connector = aiohttp.TCPConnector(limit=CONNECTIONS + WAITERS + 8)
@@ -151,7 +140,7 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
             lockd_mode = ["--standalone"]
             pods = [Pod("bench", name) for name in names]
             if mode == "cluster":
-                api_port = _free_port()
+                api_port = free_port()
                 kubeconfig = Path(tmp) / "kubeconfig"
                 await stack.enter_async_context(
                     _running(

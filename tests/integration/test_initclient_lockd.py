@@ -4,8 +4,6 @@ see more than 3 holders at once and all exit 0; with no lockd at all the client 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +13,7 @@ from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("STAGGER_", "POD_"))}, **extra}
+from tests.processes import clean_env, free_port, wait_until_up
 
 
 def get_json(url: str) -> dict:
@@ -56,15 +46,7 @@ def lockd_url(tmp_path: Path) -> Iterator[str]:
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            get_json(f"{url}/healthz")
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else "lockd exited"
-            assert time.monotonic() < deadline, "lockd did not start"
-            time.sleep(0.05)
+    wait_until_up(f"{url}/healthz", proc)
     yield url
     proc.terminate()
     proc.wait(timeout=10)

@@ -4,28 +4,15 @@ with long polls in flight."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGGER_")}
-    return {**env, **extra}
+from tests.processes import clean_env, free_port, get, wait_until_up
 
 
 def test_bad_policy_file_is_a_startup_error_naming_the_field(tmp_path: Path) -> None:
@@ -48,7 +35,7 @@ def test_bad_policy_file_is_a_startup_error_naming_the_field(tmp_path: Path) -> 
         capture_output=True,
         text=True,
         timeout=30,
-        env=_env(),
+        env=clean_env(),
     )
     assert done.returncode == 2
     assert "nodePolicies[0].throttleConfig.maxConcurrent.perCore" in done.stderr
@@ -70,18 +57,14 @@ def test_bad_policy_file_is_a_startup_error_naming_the_field(tmp_path: Path) -> 
 )
 def test_bad_settings_are_one_clear_line(args: list[str], env: dict[str, str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "lockd", *args], capture_output=True, text=True, timeout=30, env=_env(**env)
+        [sys.executable, "-m", "lockd", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=clean_env(**env),
     )
     assert done.returncode == 2
     assert message in done.stderr
-
-
-def _get(url: str, timeout: float = 30.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def test_sigterm_stops_within_five_seconds_with_long_polls_in_flight(tmp_path: Path) -> None:
@@ -90,23 +73,15 @@ def test_sigterm_stops_within_five_seconds_with_long_polls_in_flight(tmp_path: P
     policies.write_text("nodePolicies:\n- name: one\n  throttleConfig: {maxConcurrent: {value: 1}}\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "lockd", "--listen", f"127.0.0.1:{port}", "--policies", str(policies)],
-        env=_env(STAGGER_STANDALONE="true"),
+        env=clean_env(STAGGER_STANDALONE="true"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if _get(f"{base}/healthz", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "lockd did not start"
-            time.sleep(0.05)
-        assert _get(f"{base}/v1/lock?namespace=default&name=holder")[0] == 200
+        wait_until_up(f"{base}/healthz", proc)
+        assert get(f"{base}/v1/lock?namespace=default&name=holder")[0] == 200
         waiters = [
             subprocess.Popen(
                 [
@@ -118,7 +93,7 @@ def test_sigterm_stops_within_five_seconds_with_long_polls_in_flight(tmp_path: P
             for i in range(3)
         ]
         deadline = time.monotonic() + 20
-        while len(json.loads(_get(f"{base}/status")[1])["queue"]) < 3:
+        while len(json.loads(get(f"{base}/status")[1])["queue"]) < 3:
             assert time.monotonic() < deadline, "waiters did not queue"
             time.sleep(0.05)
         started = time.monotonic()
