@@ -60,14 +60,3 @@ def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
         return Lockd(client=client, app=app, policy_path=policy_path, load_path=load_path)
 
     return start
-
-
-def limit_policy(limit: int, *, hold: str = "2m", extra: str = "") -> str:
-    return (
-        "nodePolicies:\n"
-        "- name: test\n"
-        f"  holdTimeout: {hold}\n"
-        "  throttleConfig:\n"
-        f"    maxConcurrent: {{value: {limit}}}\n"
-        f"{extra}"
-    )

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.lockd.conftest import limit_policy
+from tests.policies import limit_policy
 from tests.waiting import eventually
 
 

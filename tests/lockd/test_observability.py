@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.lockd.conftest import limit_policy
+from tests.policies import limit_policy
 
 
 async def test_status_json_has_the_documented_sections(start_lockd) -> None:

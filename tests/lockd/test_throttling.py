@@ -4,7 +4,7 @@ and policy reloads that keep held slots (and keep the last good policy when the 
 from __future__ import annotations
 
 from lockd import app as lockd_app
-from tests.lockd.conftest import limit_policy
+from tests.policies import limit_policy
 from tests.waiting import eventually
 
 

@@ -148,10 +148,3 @@ def start_lockd(api: ApiServer, aiohttp_client, tmp_path: Path) -> StartLockd:
         return lockd
 
     return start
-
-
-def limit_policy(limit: int, *, extra: str = "", name: str = "test") -> str:
-    return (
-        f"nodePolicies:\n- name: {name}\n  holdTimeout: 2m\n"
-        f"  throttleConfig:\n    maxConcurrent: {{value: {limit}}}\n{extra}"
-    )

@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from stagger.kube import PODS
-from tests.lockd_cluster.conftest import NAMES, limit_policy, make_node, make_pod
+from tests.lockd_cluster.conftest import NAMES, make_node, make_pod
+from tests.policies import limit_policy
 
 
 class Controller:

@@ -10,12 +10,12 @@ from lockd.app import SERVICE
 from stagger.kube import PODS
 from tests.lockd_cluster.conftest import (
     NAMES,
-    limit_policy,
     make_node,
     make_pod,
     pod_events,
     set_ready,
 )
+from tests.policies import limit_policy
 from tests.waiting import eventually
 
 
@@ -143,7 +143,7 @@ async def test_min_hold_keeps_the_slot_after_ready(start_lockd, kube) -> None:
 async def test_stuck_pod_frees_its_slot_at_hold_timeout(start_lockd, kube) -> None:
     await make_node(kube)
     stuck = await make_pod(kube, "stuck")
-    lockd = await start_lockd(limit_policy(1).replace("holdTimeout: 2m", "holdTimeout: 500ms"))
+    lockd = await start_lockd(limit_policy(1, hold="500ms"))
     assert (await lockd.lock(stuck)).status == 200
 
     async def expired() -> bool:

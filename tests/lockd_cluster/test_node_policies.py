@@ -5,7 +5,8 @@ node's DaemonSet pods are Ready."""
 from __future__ import annotations
 
 from stagger.kube import NODES
-from tests.lockd_cluster.conftest import NODE, limit_policy, make_node, make_pod, set_ready
+from tests.lockd_cluster.conftest import NODE, make_node, make_pod, set_ready
+from tests.policies import limit_policy
 from tests.waiting import eventually
 
 POLICIES = """\
