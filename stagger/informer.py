@@ -1,11 +1,19 @@
 """List+watch cache of one resource (client-go's informer, small): resumes from the last
-resourceVersion, relists on 410 Gone, and calls handlers on every change."""
+resourceVersion, relists on 410 Gone, and calls handlers on every change.
+
+When the API server cannot be reached or keeps failing, the informer retries with a jittered backoff
+(`retry_seconds` doubling up to `max_retry_seconds`) and logs one warning when the outage starts (what
+failed, and why) and one info line when it ends (how long, how many attempts failed); the failed
+attempts in between are logged at debug level only.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +49,25 @@ class InformerSettings:
     watch_timeout_seconds: int = 300
     """Server-side length of one watch request; the informer then re-watches from its last version."""
     retry_seconds: float = 1.0
-    """Pause after a failed list or watch before trying again (the API server may be restarting)."""
+    """Pause after the first failed list or watch of an outage (the API server may be restarting); it
+    doubles with every further failure in a row, up to `max_retry_seconds`."""
+    max_retry_seconds: float = 30.0
+    """Longest pause between two attempts during an outage."""
+    retry_jitter: float = 0.5
+    """Each pause is shortened by a random share of itself, up to this fraction, so that many informers
+    that lost the same API server do not all come back in the same instant."""
+
+
+def retry_delay(failures: int, *, settings: InformerSettings, jitter: float) -> float:
+    """The pause after the `failures`-th failure in a row (1-based); `jitter` is uniform in [0, 1)."""
+    exponent = min(max(failures - 1, 0), 32)  # far past any cap; keeps 2**n small
+    base = min(settings.max_retry_seconds, settings.retry_seconds * float(2**exponent))
+    return base * (1.0 - settings.retry_jitter * jitter)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Informer:
@@ -50,6 +76,11 @@ class Informer:
     Handlers run synchronously in the informer task, in event order (a DELETED object is the final
     state of the object). `record` lets a writer put its own write's answer into the cache at once, so
     its next decision does not act on a stale view; an older watch event never overwrites it.
+
+    `sleep`, `clock` (monotonic seconds) and `rng` (uniform in [0, 1)) are the retry backoff's, for tests.
+    An outage ends when the server answers again: a list succeeds, a watch delivers an event (bookmarks
+    included, which a real server sends about once a minute), ends when the server meant it to, or is
+    answered 410 Gone.
     """
 
     def __init__(
@@ -61,6 +92,9 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.resource = resource
         self.store: dict[str, Obj] = {}
@@ -74,6 +108,12 @@ class Informer:
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._handlers: list[Handler] = []
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng
+        # The current outage: when its first failure happened, and how many attempts failed since.
+        self._down_since: float | None = None
+        self._failures = 0
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
@@ -100,20 +140,60 @@ class Informer:
         """List, then watch for ever (until cancelled). Run again after a cancel, it resumes from the last
         resourceVersion it saw, and relists only if the server says that version is gone (410)."""
         while True:
+            step = "list" if self.resource_version is None else "watch"
             try:
                 if self.resource_version is None:
                     self.resource_version = await self._relist()
+                    self._recovered()
+                    step = "watch"
                 await self._watch()
+                self._recovered()
             except ApiError as exc:
                 if exc.status == 410:
+                    self._recovered()
                     logger.info("%s watch expired (410 Gone), relisting", self.resource.plural)
                     self.resource_version = None
                     continue
-                logger.warning("%s list/watch failed: %s", self.resource.plural, exc)
-                await asyncio.sleep(self._settings.retry_seconds)
+                await self._failed(step, exc)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                logger.warning("%s list/watch failed: %r", self.resource.plural, exc)
-                await asyncio.sleep(self._settings.retry_seconds)
+                await self._failed(step, exc)
+
+    async def _failed(self, step: str, exc: BaseException) -> None:
+        """One failed attempt: a warning if it starts an outage (debug otherwise), then the backoff."""
+        self._failures += 1
+        if self._down_since is None:
+            self._down_since = self._clock()
+            logger.warning(
+                "%s %s failed (%s); retrying with backoff (%gs doubling to %gs), "
+                "one line when it works again",
+                self.resource.plural,
+                step,
+                _describe(exc),
+                self._settings.retry_seconds,
+                self._settings.max_retry_seconds,
+            )
+        else:
+            logger.debug(
+                "%s %s failed again (attempt %d): %s",
+                self.resource.plural,
+                step,
+                self._failures,
+                _describe(exc),
+            )
+        await self._sleep(retry_delay(self._failures, settings=self._settings, jitter=self._rng()))
+
+    def _recovered(self) -> None:
+        """The server answered: ends the current outage (if any) with one line, and resets the backoff."""
+        if self._down_since is None:
+            return
+        logger.info(
+            "%s list/watch works again after %.1fs down (%d failed attempts)",
+            self.resource.plural,
+            self._clock() - self._down_since,
+            self._failures,
+        )
+        self._down_since = None
+        self._failures = 0
 
     async def _relist(self) -> str:
         listed = await self._client.list(
@@ -143,6 +223,7 @@ class Informer:
             label_selector=self._label_selector,
             field_selector=self._field_selector,
         ):
+            self._recovered()
             obj = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if version:
