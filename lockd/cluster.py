@@ -2,15 +2,21 @@
 follows from them — identity checks, slot ends, held slots rebuilt after a restart, the node policy
 chosen by the node's labels, grants recorded on the pod, group pacing, and Events.
 
-No other API reads happen per request: every answer comes from the informers' caches.
+Every answer comes from the informers' caches, with one exception: a caller the pods watch has not
+delivered yet (a pod that asks right after it was scheduled, or a pod recreated with the same name) is
+read from the API once before it is refused (`NodeView.check_identity`); such reads are remembered for a
+few seconds and bounded in rate, so that made-up callers cannot turn lockd into an API-request amplifier.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import aiohttp
 
@@ -18,7 +24,7 @@ from lockd import ledger, pods
 from lockd.groups import GroupClient
 from lockd.service import LockService
 from stagger import events, policy, throttles
-from stagger.informer import Informer, InformerSettings
+from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
@@ -26,6 +32,35 @@ from stagger.timestamps import format_rfc3339
 logger = logging.getLogger(__name__)
 
 EVENT_COMPONENT = "stagger-lockd"
+
+
+@dataclass(frozen=True)
+class IdentitySettings:
+    """How `NodeView.check_identity` treats a caller that the pods watch has not delivered."""
+
+    wait: float = 5.0
+    """Longest one check takes before it refuses: the API read, then waiting for the watch."""
+    remember: float = 5.0
+    """How long the answer of an API read that refused (no such pod on this node, another uid), or that
+    failed, is reused for the same namespace, name and uid instead of reading again."""
+    read_burst: int = 10
+    """API reads allowed at once (0: never read, only wait for the watch) ..."""
+    read_fill_seconds: float = 0.5
+    """... then one more every this many seconds. A check that finds no read left waits for the watch."""
+
+
+_UNANSWERED: Final = "the API server did not answer"
+"""`_read`'s result when the API could not say (read failed, or none allowed): wait for the watch."""
+
+IdentityKey = tuple[str, str, str]  # namespace, name, uid
+
+
+@dataclass
+class _Arrival:
+    """Checks waiting for the watch to deliver one pod; set when it does."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
 
 
 class NodeView:
@@ -39,6 +74,8 @@ class NodeView:
         names: Names,
         own_pod: tuple[str, str] | None,
         informer_settings: InformerSettings,
+        identity: IdentitySettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.names = names
@@ -49,6 +86,24 @@ class NodeView:
         self.nodes = Informer(
             client=client, resource=NODES, settings=informer_settings, field_selector=f"metadata.name={node}"
         )
+        self._client = client
+        self._identity = identity or IdentitySettings()
+        self._clock = clock
+        self._reads = (
+            throttles.TokenBucket(
+                burst=self._identity.read_burst, fill_seconds=self._identity.read_fill_seconds, now=clock()
+            )
+            if self._identity.read_burst > 0
+            else None
+        )
+        # Answers of recent API reads that did not accept the caller: key -> (until, problem or _UNANSWERED).
+        self._remembered: dict[IdentityKey, tuple[float, str]] = {}
+        self._reading: dict[IdentityKey, asyncio.Task[str | None]] = {}
+        # Checks waiting for the watch to deliver a pod, by "namespace/name".
+        self._arrivals: dict[str, _Arrival] = {}
+        self.pods.add_handler(self._pod_arrived)
+        self.api_reads = 0
+        """API reads made by identity checks (for /status and tests)."""
 
     def pod(self, key: ledger.PodKey) -> dict[str, Any] | None:
         return self.pods.get(f"{key[0]}/{key[1]}")
@@ -58,9 +113,104 @@ class NodeView:
         return dict((obj.get("metadata") or {}).get("labels") or {})
 
     def identity_problem(self, *, namespace: str, name: str, uid: str) -> str | None:
+        """Why this caller may not have a slot, from the watch's view alone (see `check_identity`)."""
         return pods.identity_problem(
             self.pod((namespace, name)), node=self.node, namespace=namespace, name=name, uid=uid
         )
+
+    async def check_identity(self, *, namespace: str, name: str, uid: str) -> str | None:
+        """Why this caller may not have a slot on this node, or None if it may.
+
+        The watch's view decides when it knows the pod with that uid. When it does not (no such pod, or
+        another uid: the pod may have just been created or recreated and the watch is behind), the pod is
+        read from the API once: found on this node with that uid, it is put into the pods cache and
+        decides; otherwise the refusal is remembered for `remember` seconds (asking again within that
+        time reads nothing). Concurrent checks of one pod share one read, and reads are rate-bounded;
+        when no read is allowed or it fails, the check waits for the watch to deliver the pod. A check
+        takes at most `wait` seconds.
+        """
+        problem = self.identity_problem(namespace=namespace, name=name, uid=uid)
+        if problem is None or self._watched(namespace, name, uid):
+            return problem
+        until = asyncio.get_running_loop().time() + self._identity.wait
+        answer = await self._ask_api((namespace, name, uid))
+        if answer != _UNANSWERED:
+            return answer
+        return await self._wait_for_watch(namespace=namespace, name=name, uid=uid, until=until)
+
+    def _watched(self, namespace: str, name: str, uid: str) -> bool:
+        """The cache has this very pod (then its view is final: finished or being deleted stays so)."""
+        pod = self.pod((namespace, name))
+        return pod is not None and str(pods.meta(pod).get("uid") or "") == uid
+
+    async def _ask_api(self, key: IdentityKey) -> str | None:
+        now = self._clock()
+        for stale in [k for k, (until, _) in self._remembered.items() if until <= now]:
+            del self._remembered[stale]
+        remembered = self._remembered.get(key)
+        if remembered is not None:
+            return remembered[1]
+        task = self._reading.get(key)
+        if task is None:
+            if self._reads is None or not self._reads.take(now):
+                logger.debug("%s/%s: no API read left, waiting for the watch", key[0], key[1])
+                return _UNANSWERED
+            task = asyncio.create_task(self._read(key), name=f"identity-read {key[0]}/{key[1]}")
+            self._reading[key] = task
+            task.add_done_callback(lambda _: self._reading.pop(key, None))
+        # Shielded: a caller that goes away does not cancel the read others wait for.
+        return await asyncio.shield(task)
+
+    async def _read(self, key: IdentityKey) -> str | None:
+        namespace, name, uid = key
+        self.api_reads += 1
+        pod: dict[str, Any] | None
+        try:
+            async with asyncio.timeout(self._identity.wait):
+                pod = await self._client.get(PODS, name=name, namespace=namespace)
+        except ApiError as err:
+            if err.status != 404:
+                return self._remember(key, _UNANSWERED, why=str(err))
+            pod = None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            return self._remember(key, _UNANSWERED, why=str(err) or type(err).__name__)
+        if pod is not None and (pod.get("spec") or {}).get("nodeName") == self.node:
+            # A pod of this node the watch has not brought yet: the watch will bring the same or newer.
+            self.pods.record(pod)
+        else:
+            pod = None
+        problem = pods.identity_problem(pod, node=self.node, namespace=namespace, name=name, uid=uid)
+        return problem if problem is None else self._remember(key, problem, why=problem)
+
+    def _remember(self, key: IdentityKey, answer: str, *, why: str) -> str:
+        logger.debug("%s/%s (uid %s): API read: %s", key[0], key[1], key[2], why)
+        self._remembered[key] = (self._clock() + self._identity.remember, answer)
+        return answer
+
+    async def _wait_for_watch(self, *, namespace: str, name: str, uid: str, until: float) -> str | None:
+        loop = asyncio.get_running_loop()
+        while True:
+            problem = self.identity_problem(namespace=namespace, name=name, uid=uid)
+            if problem is None or self._watched(namespace, name, uid) or loop.time() >= until:
+                return problem
+            key = f"{namespace}/{name}"
+            arrival = self._arrivals.setdefault(key, _Arrival())
+            arrival.waiters += 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(until):
+                        await arrival.event.wait()
+            finally:
+                arrival.waiters -= 1
+                # A pod that never comes must not leave its entry behind.
+                if arrival.waiters == 0 and self._arrivals.get(key) is arrival:
+                    del self._arrivals[key]
+
+    def _pod_arrived(self, kind: WatchEventType, obj: dict[str, Any]) -> None:
+        if kind != "DELETED" and self._arrivals:
+            arrival = self._arrivals.pop(cache_key(obj), None)
+            if arrival is not None:
+                arrival.event.set()
 
     # NodeState
     def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
