@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 
-from aiohttp import web
-
 from lockd import app as lockd_app
-from lockd.settings import SettingsError, parse_settings
+from lockd import server
+from lockd.settings import Settings, SettingsError, parse_settings
 from stagger import kube, policy
+
+
+def banner(settings: Settings) -> str:
+    base = f"http://{settings.host}:{settings.port}"
+    mode = "standalone" if settings.standalone else "cluster"
+    # In a cluster only a pod of this node with its uid gets a slot: show a request that can work.
+    ident = "namespace=default&name=demo" + ("" if settings.standalone else "&uid=<the pod's metadata.uid>")
+    return (
+        f"lockd ({mode}) on {base} for node {settings.node_name}. Try:\n"
+        f"  curl -s '{base}/v1/lock?{ident}'\n"
+        f"  curl -s '{base}/status?format=text'"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,22 +44,26 @@ def main(argv: list[str] | None = None) -> int:
     except kube.ConfigError as err:
         print(f"lockd: cannot reach the cluster: {err} (or run with --standalone)", file=sys.stderr)
         return 2
-    print(
-        f"lockd ({'standalone' if settings.standalone else 'cluster'}) on http://{settings.host}:{settings.port} "
-        f"for node {settings.node_name}. Try:\n"
-        f"  curl -s 'http://{settings.host}:{settings.port}/v1/lock?namespace=default&name=demo'\n"
-        f"  curl -s 'http://{settings.host}:{settings.port}/status?format=text'",
-        file=sys.stderr,
-        flush=True,
-    )
-    web.run_app(
+    runner = server.make_runner(
         application,
-        host=settings.host,
-        port=settings.port,
+        header_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
-        print=None,
     )
+    try:
+        asyncio.run(
+            server.serve(
+                runner,
+                host=settings.host,
+                port=settings.port,
+                started=lambda: print(banner(settings), file=sys.stderr, flush=True),
+            )
+        )
+    except server.ListenError as err:
+        print(f"lockd: {err.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
     return 0
 
 

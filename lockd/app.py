@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
@@ -20,17 +21,19 @@ import psutil
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from lockd import cluster, groups, ledger, load, params, pods, status
+from lockd import cluster, groups, ledger, load, params, pods, statefile, status
 from lockd.metrics import Metrics
-from lockd.service import LockService, Silent, choose_node_policy
+from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
 from lockd.settings import Settings
-from lockd.wire import ErrorBody, LockDenied, LockGranted, Released
+from lockd.wire import ErrorBody, LeftQueueBody, LockDenied, LockGranted, QueueFullBody, Released
 from stagger import events, kube, policy, throttles
 from stagger.informer import InformerSettings
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass
@@ -47,7 +50,8 @@ class LoadCache:
 class PolicyState:
     policy_file: policy.PolicyFile | None
     source: str
-    digest: str = ""
+    digest: str = ""  # of the file text in force
+    failed_digest: str = ""  # of the last text that did not validate (not parsed again until it changes)
     last_error: str = ""
 
 
@@ -94,10 +98,26 @@ def choose_policy(app: web.Application) -> None:
 # --- handlers -----------------------------------------------------------------------------------------
 
 
-def _denied(outcome: ledger.Denied) -> web.Response:
-    body: LockDenied = {"granted": False, "reason": outcome.reason, "position": outcome.position}
+def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
+    body: LockDenied = {
+        "granted": False,
+        "reason": outcome.reason,
+        "position": outcome.position,
+        "maxWait": max_wait,
+    }
     return web.json_response(
         body, status=423, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
+    )
+
+
+def _queue_full(outcome: ledger.QueueFull) -> web.Response:
+    body: QueueFullBody = {
+        "granted": False,
+        "reason": f"{outcome.limit} pods are already waiting on this node (maxQueue); try again later",
+        "queueLimit": outcome.limit,
+    }
+    return web.json_response(
+        body, status=429, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
     )
 
 
@@ -112,6 +132,14 @@ def _not_ready(app: web.Application) -> web.Response | None:
             headers={"Retry-After": "1"},
         )
     return None
+
+
+def _connected(request: web.Request) -> Callable[[], bool]:
+    def alive() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    return alive
 
 
 async def lock(request: web.Request) -> web.Response:
@@ -129,16 +157,19 @@ async def lock(request: web.Request) -> web.Response:
     if unavailable is not None:
         return unavailable
     if view is not None:
-        problem = view.identity_problem(namespace=query.namespace, name=query.name, uid=query.uid)
+        problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
         if problem is not None:
             service.metrics.requests.labels(result="forbidden").inc()
             return _json_error(403, problem)
     outcome = await service.wait_for_slot(
-        namespace=query.namespace, name=query.name, uid=query.uid, wait=query.wait
+        namespace=query.namespace, name=query.name, uid=query.uid, wait=query.wait, alive=_connected(request)
     )
+    if isinstance(outcome, ledger.QueueFull):
+        service.metrics.requests.labels(result="queue_full").inc()
+        return _queue_full(outcome)
     if isinstance(outcome, ledger.Denied):
         service.metrics.requests.labels(result="denied").inc()
-        return _denied(outcome)
+        return _denied(outcome, max_wait=service.node_policy.max_wait)
     service.metrics.requests.labels(result="granted").inc()
     body: LockGranted = {
         "granted": True,
@@ -146,47 +177,77 @@ async def lock(request: web.Request) -> web.Response:
         "name": query.name,
         "grantedAt": format_rfc3339(outcome.slot.granted_wall),
     }
-    return web.json_response(body)
+    headers = {}
+    if outcome.token is not None:
+        # Only the first 200 carries the token: it is the caller's proof for DELETE.
+        body["releaseToken"] = outcome.token
+        headers[params.RELEASE_TOKEN_HEADER] = outcome.token
+    return web.json_response(body, headers=headers)
 
 
 async def unlock(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    """`DELETE /v1/lock`: the holder gives its slot back (release token), or a waiter leaves the queue."""
+    app = request.app
+    service = app[SERVICE]
     try:
         namespace, name = params.pod_identity(request.query)
     except params.BadRequest as err:
         service.metrics.requests.labels(result="bad_request").inc()
         return _json_error(400, str(err))
-    held = service.ledger.slots.get((namespace, name))
-    if held is None or held.pending:
-        service.metrics.requests.labels(result="not_held").inc()
-        return _json_error(404, f"{namespace}/{name} holds no slot on this node")
-    # In a cluster only the pod itself may give its slot back: it proves it with its uid.
-    if _view(request.app) is not None and request.query.get("uid", "") != held.uid:
-        service.metrics.requests.labels(result="forbidden").inc()
-        return _json_error(403, f"uid does not match the holder of {namespace}/{name}'s slot")
-    slot = service.release(namespace=namespace, name=name)
-    assert slot is not None
+    uid = request.query.get("uid", "")
+    view = _view(app)
+    # In a cluster a request from the pod's own IP with its uid is the pod itself (a pod cannot use another
+    # pod's IP); the token is the proof everywhere else.
+    verified = (
+        view is not None
+        and bool(uid)
+        and view.is_pod_request(namespace=namespace, name=name, uid=uid, remote=request.remote)
+    )
+    result = service.give_back(
+        namespace=namespace,
+        name=name,
+        token=params.release_token(request.headers),
+        uid=uid,
+        verified=verified,
+    )
+    if isinstance(result, Refused):
+        service.metrics.requests.labels(result="not_held" if result.status == 404 else "forbidden").inc()
+        return _json_error(result.status, result.reason)
+    if isinstance(result, LeftQueue):
+        service.metrics.requests.labels(result="left_queue").inc()
+        left: LeftQueueBody = {"released": False, "leftQueue": True, "namespace": namespace, "name": name}
+        return web.json_response(left)
     service.metrics.requests.labels(result="released").inc()
     body: Released = {
         "released": True,
         "namespace": namespace,
         "name": name,
-        "heldSeconds": round(service.clock() - slot.granted_at, 3),
+        "heldSeconds": round(service.clock() - result.granted_at, 3),
     }
     return web.json_response(body)
 
 
 async def legacy_lock(request: web.Request) -> web.Response:
-    """pod-startup-lock compatibility: `GET /?duration=S` → `Lock acquired` or `Locked`."""
-    service = request.app[SERVICE]
+    """pod-startup-lock compatibility: `GET /?duration=S` → `Lock acquired` or `Locked`.
+
+    Anonymous: no identity and no release, so a slot never outlives the node policy's holdTimeout, and in
+    cluster mode (where every pod on the node can reach this port) the path is off unless allowed."""
+    service, settings = request.app[SERVICE], request.app[SETTINGS]
+    if not settings.anonymous_allowed:
+        service.metrics.requests.labels(result="forbidden").inc()
+        return _json_error(
+            403,
+            "anonymous slots (GET /?duration=S) are off in cluster mode: use /v1/lock with the pod's identity, "
+            "or start lockd with --allow-anonymous (chart value lockd.allowAnonymous)",
+        )
     try:
-        duration = params.anonymous_duration(request.query, default=service.node_policy.hold_timeout)
+        duration = params.anonymous_duration(request.query, hold_timeout=service.node_policy.hold_timeout)
     except params.BadRequest as err:
         return web.Response(status=400, text=str(err))
     if not service.ready or service.closing:
         return web.Response(status=423, text="Locked", headers={"Retry-After": "1"})
-    outcome = service.take_anonymous(duration=duration)
-    if isinstance(outcome, ledger.Denied):
+    outcome = service.take_anonymous(duration=duration.seconds)
+    if not isinstance(outcome, ledger.Granted):
         service.metrics.requests.labels(result="denied").inc()
         return web.Response(
             status=423,
@@ -194,13 +255,17 @@ async def legacy_lock(request: web.Request) -> web.Response:
             headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
         )
     service.metrics.requests.labels(result="granted").inc()
-    return web.Response(text="Lock acquired")
+    text = "Lock acquired"
+    if duration.asked is not None:
+        text += f" for {duration.seconds:g}s: duration={duration.asked:g} was cut to the node policy's holdTimeout"
+    return web.Response(text=text, headers={"X-Stagger-Duration": f"{duration.seconds:g}"})
 
 
 async def show_status(request: web.Request) -> web.Response:
     app = request.app
     try:
         fmt = params.status_format(request.query)
+        limit = params.status_limit(request.query)
     except params.BadRequest as err:
         return _json_error(400, str(err))
     service, state, view = app[SERVICE], app[POLICY], _view(app)
@@ -213,6 +278,8 @@ async def show_status(request: web.Request) -> web.Response:
         sample=app[LOAD].get(),
         counters=service.counters,
         now=service.clock(),
+        limit=limit,
+        reason=service.current_reason,
         details=cluster.pod_details(view) if view is not None else None,
     )
     if state.last_error:
@@ -273,31 +340,44 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _reload_failed(app: web.Application, err: policy.PolicyError) -> None:
+    state = app[POLICY]
+    if str(err) != state.last_error:
+        # Once per distinct problem, not once per check.
+        logger.error("policy reload failed, keeping the last good policy:\n%s", err)
+        app[METRICS].policy_reloads.labels(result="error").inc()
+    state.last_error = str(err)
+
+
 def reload_policy(app: web.Application) -> bool:
-    """Re-read the policy file if it changed. A bad file is logged and the last good policy stays."""
+    """Re-read the policy file if it changed. A bad, empty, oversized or unreadable file is reported (log,
+    metric, `/status` lastReloadError) and the last good policy stays; the report clears as soon as the
+    file reads well again."""
     settings, state = app[SETTINGS], app[POLICY]
     if settings.policies is None:
         return False
     try:
         text = policy.read_policy_text(settings.policies)
     except policy.PolicyError as err:
-        if str(err) != state.last_error:
-            logger.error("policy reload failed, keeping the last good policy: %s", err)
-            app[METRICS].policy_reloads.labels(result="error").inc()
-        state.last_error = str(err)
+        _reload_failed(app, err)
         return False
     digest = _digest(text)
     if digest == state.digest:
+        if state.last_error:
+            logger.info(
+                "policy file %s reads well again (the policy in force is unchanged)", settings.policies
+            )
+            state.last_error = ""
         return False
-    state.digest = digest
+    if digest == state.failed_digest:
+        return False
     try:
-        parsed = policy.parse_policy_text(text, source=str(settings.policies))
+        parsed = policy.parse_policy_text(text, source=str(settings.policies), allow_empty=False)
     except policy.PolicyError as err:
-        state.last_error = str(err)
-        logger.error("policy reload failed, keeping the last good policy:\n%s", err)
-        app[METRICS].policy_reloads.labels(result="error").inc()
+        state.failed_digest = digest
+        _reload_failed(app, err)
         return False
-    state.policy_file, state.last_error = parsed, ""
+    state.policy_file, state.digest, state.failed_digest, state.last_error = parsed, digest, "", ""
     choose_policy(app)
     app[METRICS].policy_reloads.labels(result="ok").inc()
     logger.info("policy file %s reloaded", settings.policies)
@@ -393,6 +473,50 @@ async def _close_service(app: web.Application) -> None:
     app[SERVICE].close()
 
 
+def _restore_state(service: LockService, path: Path) -> None:
+    """Standalone restarts keep their slots: read them back, then keep the file current."""
+    now, wall = service.clock(), service.wall()
+    try:
+        saved = statefile.load(path, now=now, wall=wall)
+    except statefile.StateFileError as err:
+        # Refusing to start would leave the node without lockd (every init client then fails open after
+        # maxWait): start empty, keep the bad file for a person to look at.
+        logger.error("%s; starting with no slots (the file is kept as %s.bad)", err, path)
+        path.replace(path.with_name(path.name + ".bad"))
+        saved = []
+    for slot in saved:
+        service.ledger.restore(slot)
+    if saved:
+        logger.info("restored %d slots from the state file %s", len(saved), path)
+
+    def persist(slots: list[ledger.Slot]) -> None:
+        try:
+            statefile.save(path, slots, now=service.clock(), wall=service.wall())
+        except OSError as err:
+            logger.error("cannot write the state file %s: %s", path, err)
+
+    service.persist = persist
+    persist(list(service.ledger.slots.values()))
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error is JSON with a reason (404, 405, 413 included), and a body over `--max-body` is refused
+    before any handler sees it."""
+    try:
+        if request.body_exists:
+            await request.read()  # enforces client_max_size (413) also for chunked bodies
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        if exc.status == 413:
+            reason = f"request body too large: at most {request.app[SETTINGS].max_body} bytes"
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        return _json_error(exc.status, reason, headers=headers)
+
+
 # --- the factory --------------------------------------------------------------------------------------
 
 
@@ -426,8 +550,11 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         waiter_idle_timeout=settings.waiter_idle_timeout,
         load=cache.get,
         ready=cluster_state is None,
+        max_queue=settings.max_queue,
     )
-    app = web.Application()
+    if settings.state_file is not None:
+        _restore_state(service, settings.state_file)
+    app = web.Application(client_max_size=settings.max_body, middlewares=[_json_errors])
     app[SETTINGS] = settings
     app[SERVICE] = service
     app[METRICS] = app_metrics

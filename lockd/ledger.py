@@ -3,16 +3,28 @@
 Pure data and functions of `now` (a monotonic clock reading passed in by the caller): no I/O, no
 asyncio, so the invariants (never more holders than the limit, first come first served, idempotent
 re-asks, expiry frees exactly the expired slots) are checked by property tests.
+
+Every operation on the queue is O(log n) in its length: a node may have thousands of waiters (a
+careless Job fan-out, or a hostile pod), and each ask, release or wake-up must not cost more because
+of them. The queue keeps three views of the same waiters: `queue` (lookup by pod, in arrival order),
+`_order` (arrival rank, for positions) and `_eligible` (those not stepping aside for their group and
+not finishing a grant: the head of this one is the next to be served).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
 
 from stagger.throttles import Verdict
 
 PodKey = tuple[str, str]  # (namespace, name)
+_Entry = tuple[int, PodKey]  # (arrival number, pod): the sort key of the queue views
 
 
 @dataclass
@@ -30,6 +42,8 @@ class Slot:
     pending: bool = False
     # Set once the pod is Ready (or gone); the slot ends then, or at minHold after the grant if later.
     release_at: float | None = None
+    # SHA-256 of the release token given with the grant: the token itself is never kept.
+    token_hash: str = ""
 
 
 @dataclass
@@ -39,6 +53,7 @@ class Waiter:
     uid: str
     first_seen: float
     last_seen: float
+    seq: int = 0  # arrival number: the queue's order
     # Long polls in progress: a waiter that is being answered right now is never idle.
     polling: int = 0
     reason: str = ""
@@ -48,11 +63,18 @@ class Waiter:
     # A StaggerWaiting event was written for this wait (one per wait, never one per poll).
     announced: bool = False
 
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
 
 @dataclass(frozen=True)
 class Granted:
     slot: Slot
     new: bool
+    # The release token, only on a new grant (a re-ask is answered without it: it is a secret of the caller
+    # that was granted, and namespace/name are not).
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,31 +86,123 @@ class Denied:
 
 
 @dataclass(frozen=True)
+class QueueFull:
+    """The node's queue is at its bound: a new waiter is turned away (HTTP 429)."""
+
+    limit: int
+    retry_after: float
+
+
+@dataclass(frozen=True)
 class Reserved:
     """The node allows this pod now; lockd must `confirm` or `cancel` the reservation."""
 
     slot: Slot
 
 
-Outcome = Granted | Denied
+Outcome = Granted | Denied | QueueFull
+
+# How soon a waiter turned away by a full queue should try again.
+QUEUE_FULL_RETRY_SECONDS = 5.0
+
+
+def pods(count: int) -> str:
+    return f"{count} pod" if count == 1 else f"{count} pods"
 
 
 @dataclass
 class Ledger:
     waiter_idle_timeout: float = 30.0
     slots: dict[PodKey, Slot] = field(default_factory=dict)
-    # dict keeps insertion order: the queue is FIFO by first ask.
+    # Lookup by pod; dict order is arrival order (FIFO by first ask).
     queue: dict[PodKey, Waiter] = field(default_factory=dict)
+    _order: SortedList = field(default_factory=SortedList)
+    _eligible: SortedList = field(default_factory=SortedList)
+    # (blocked_until, seq, key): waiters stepping aside, back to `_eligible` when their time comes.
+    # Entries are dropped lazily: one that no longer matches its waiter is skipped.
+    _blocked: list[tuple[float, int, PodKey]] = field(default_factory=list)
+    # Waiters that are not long-polling, least recently seen first: the front is the next to go idle.
+    _idle: OrderedDict[PodKey, None] = field(default_factory=OrderedDict)
+    _arrivals: Iterator[int] = field(default_factory=itertools.count)
+
+    # --- queue views --------------------------------------------------------------------------------
 
     def position(self, key: PodKey) -> int | None:
-        for index, queued in enumerate(self.queue):
-            if queued == key:
-                return index + 1
-        return None
+        waiter = self.queue.get(key)
+        if waiter is None:
+            return None
+        return int(self._order.index((waiter.seq, key))) + 1
 
-    def _eligible(self, waiter: Waiter, now: float) -> bool:
-        held = self.slots.get((waiter.namespace, waiter.name))
-        return waiter.blocked_until <= now and held is None
+    def waiters(self, limit: int) -> list[Waiter]:
+        """The first `limit` waiters in queue order."""
+        return [self.queue[key] for _, key in self._order.islice(0, limit)]
+
+    def heads(self, now: float, count: int = 1) -> list[PodKey]:
+        """The waiters that would be served next (not stepping aside, not finishing a grant)."""
+        self._unblock(now)
+        return [key for _, key in self._eligible.islice(0, count)]
+
+    def ahead_of(self, waiter: Waiter, now: float) -> int | None:
+        """How many eligible waiters come before this one; None if it is not eligible itself."""
+        self._unblock(now)
+        entry = (waiter.seq, waiter.key)
+        if entry not in self._eligible:
+            return None
+        return int(self._eligible.bisect_left(entry))
+
+    # --- queue bookkeeping --------------------------------------------------------------------------
+
+    def _unblock(self, now: float) -> None:
+        while self._blocked and self._blocked[0][0] <= now:
+            until, seq, key = heapq.heappop(self._blocked)
+            waiter = self.queue.get(key)
+            if waiter is None or waiter.seq != seq or waiter.blocked_until != until:
+                continue  # stale: the waiter left, or stepped aside again since
+            held = self.slots.get(key)
+            if held is None:
+                self._eligible.add((seq, key))
+
+    def _enqueue(self, key: PodKey, uid: str, now: float) -> Waiter:
+        waiter = Waiter(
+            namespace=key[0], name=key[1], uid=uid, first_seen=now, last_seen=now, seq=next(self._arrivals)
+        )
+        self.queue[key] = waiter
+        entry = (waiter.seq, key)
+        self._order.add(entry)
+        self._eligible.add(entry)
+        self._idle[key] = None
+        return waiter
+
+    def _touch(self, waiter: Waiter, now: float) -> None:
+        waiter.last_seen = now
+        if waiter.polling == 0:
+            self._idle[waiter.key] = None
+            self._idle.move_to_end(waiter.key)
+
+    def leave_queue(self, key: PodKey) -> Waiter | None:
+        waiter = self.queue.pop(key, None)
+        if waiter is None:
+            return None
+        entry = (waiter.seq, key)
+        self._order.remove(entry)
+        self._eligible.discard(entry)
+        self._idle.pop(key, None)
+        return waiter
+
+    def start_polling(self, key: PodKey) -> Waiter | None:
+        waiter = self.queue.get(key)
+        if waiter is not None:
+            waiter.polling += 1
+            self._idle.pop(key, None)
+        return waiter
+
+    def stop_polling(self, waiter: Waiter, now: float) -> None:
+        waiter.polling -= 1
+        if waiter.polling <= 0 and self.queue.get(waiter.key) is waiter:
+            waiter.polling = 0
+            self._touch(waiter, now)
+
+    # --- asking -------------------------------------------------------------------------------------
 
     def ask(
         self,
@@ -101,23 +215,27 @@ class Ledger:
         check: Callable[[int], Verdict],
         on_grant: Callable[[], None] = lambda: None,
         reserve: bool = False,
+        max_queue: int | None = None,
     ) -> Outcome | Reserved:
         """One request for a slot. `check(in_use)` asks the node throttles; `on_grant` commits them.
 
         The oldest waiter that is not stepping aside for its group pacer goes first. With `reserve`,
         a pod the node allows gets a pending slot (counted, not yet granted) to confirm or cancel.
+        A new waiter is turned away when `max_queue` pods are already waiting.
         """
+        self._unblock(now)
         held = self.slots.get(key)
         if held is not None and not held.pending:
             return Granted(slot=held, new=False)
         waiter = self.queue.get(key)
         if waiter is None:
-            waiter = Waiter(namespace=key[0], name=key[1], uid=uid, first_seen=now, last_seen=now)
-            self.queue[key] = waiter
-        waiter.last_seen = now
+            if max_queue is not None and len(self.queue) >= max_queue:
+                return QueueFull(limit=max_queue, retry_after=QUEUE_FULL_RETRY_SECONDS)
+            waiter = self._enqueue(key, uid, now)
+        self._touch(waiter, now)
         if uid:
             waiter.uid = uid
-        position = self.position(key) or len(self.queue)
+        position = int(self._order.index((waiter.seq, key))) + 1
         if held is not None:
             return Denied(reason="finishing the grant", position=position, retry_after=0.5, throttle=None)
         if waiter.blocked_until > now:
@@ -128,22 +246,17 @@ class Ledger:
                 throttle=waiter.blocked_throttle,
             )
         verdict = check(len(self.slots))
-        head = next((k for k, w in self.queue.items() if self._eligible(w, now)), key)
-        if head != key:
-            ahead = 0
-            for other, queued in self.queue.items():
-                if other == key:
-                    break
-                ahead += self._eligible(queued, now)
+        ahead = int(self._eligible.bisect_left((waiter.seq, key)))
+        if ahead:
             reason = (
                 verdict.reason
                 if not verdict.allowed
-                else f"{ahead} pods asked first (first come, first served)"
+                else f"{pods(ahead)} asked first (first come, first served)"
             )
             waiter.reason = reason
-            return Denied(
-                reason=reason, position=position, retry_after=verdict.retry_after, throttle=verdict.throttle
-            )
+            # Queued behind others: only the head's answer changes with time, so this waiter is woken
+            # when it becomes the head (throttle None), not on every load sample or token.
+            return Denied(reason=reason, position=position, retry_after=verdict.retry_after, throttle=None)
         if not verdict.allowed:
             waiter.reason = verdict.reason
             return Denied(
@@ -165,8 +278,10 @@ class Ledger:
         )
         self.slots[key] = slot
         if reserve:
+            # Keeps its place in the queue, but the next waiter is now the head.
+            self._eligible.discard((waiter.seq, key))
             return Reserved(slot=slot)
-        del self.queue[key]
+        self.leave_queue(key)
         return Granted(slot=slot, new=True)
 
     def confirm(self, key: PodKey, *, now: float, wall: float) -> Slot | None:
@@ -177,7 +292,7 @@ class Ledger:
         slot.pending = False
         slot.expires_at += now - slot.granted_at
         slot.granted_at, slot.granted_wall = now, wall
-        waiter = self.queue.pop(key, None)
+        waiter = self.leave_queue(key)
         if waiter is not None:
             slot.waited = now - waiter.first_seen
         return slot
@@ -195,7 +310,14 @@ class Ledger:
             waiter.reason = reason
             waiter.blocked_until = blocked_until
             waiter.blocked_throttle = throttle
-            waiter.last_seen = now
+            self._touch(waiter, now)
+            entry = (waiter.seq, key)
+            if blocked_until <= now:
+                if entry not in self._eligible:
+                    self._eligible.add(entry)
+            else:
+                self._eligible.discard(entry)
+                heapq.heappush(self._blocked, (blocked_until, waiter.seq, key))
 
     def take_anonymous(
         self,
@@ -211,7 +333,7 @@ class Ledger:
         verdict = check(len(self.slots))
         if self.queue:
             return Denied(
-                reason=f"{len(self.queue)} pods are waiting (first come, first served)",
+                reason=f"{pods(len(self.queue))} waiting (first come, first served)",
                 position=len(self.queue) + 1,
                 retry_after=verdict.retry_after,
                 throttle=verdict.throttle,
@@ -233,11 +355,18 @@ class Ledger:
         self.slots[key] = slot
         return Granted(slot=slot, new=True)
 
+    def restore(self, slot: Slot) -> bool:
+        """A slot granted before a restart counts again; False if the pod already holds one."""
+        key = (slot.namespace, slot.name)
+        if key in self.slots:
+            return False
+        self.slots[key] = slot
+        return True
+
     def release(self, key: PodKey) -> Slot | None:
         return self.slots.pop(key, None)
 
-    def leave_queue(self, key: PodKey) -> Waiter | None:
-        return self.queue.pop(key, None)
+    # --- time ---------------------------------------------------------------------------------------
 
     def due_releases(self, now: float) -> list[Slot]:
         """Ends the slots of pods that became Ready (or went away) once their minimum hold is over."""
@@ -258,21 +387,32 @@ class Ledger:
         return expired
 
     def prune_waiters(self, now: float) -> list[Waiter]:
-        """Drops waiters that have not asked for `waiter_idle_timeout` and are not long-polling."""
-        idle = [
-            waiter
-            for waiter in self.queue.values()
-            if waiter.polling == 0
-            and now - waiter.last_seen >= self.waiter_idle_timeout
-            and (waiter.namespace, waiter.name) not in self.slots
-        ]
-        for waiter in idle:
-            del self.queue[(waiter.namespace, waiter.name)]
+        """Drops waiters that have not asked for `waiter_idle_timeout` and are not long-polling.
+
+        Only the front of the idle order is looked at: the cost is the number of waiters dropped."""
+        idle: list[Waiter] = []
+        finishing: list[PodKey] = []
+        while self._idle:
+            key = next(iter(self._idle))
+            waiter = self.queue[key]
+            if now - waiter.last_seen < self.waiter_idle_timeout:
+                break
+            if key in self.slots:
+                # Finishing its grant right now: not idle; looked at again after the others.
+                finishing.append(key)
+                self._idle.pop(key)
+                continue
+            idle.append(waiter)
+            self.leave_queue(key)
+        for key in finishing:
+            self._idle[key] = None
         return idle
 
     def next_deadline(self) -> float | None:
         """The earliest moment something times out on its own (a slot expiring, a waiter going idle)."""
         moments = [slot.expires_at for slot in self.slots.values()]
         moments += [slot.release_at for slot in self.slots.values() if slot.release_at is not None]
-        moments += [w.last_seen + self.waiter_idle_timeout for w in self.queue.values() if w.polling == 0]
+        if self._idle:
+            oldest = self.queue[next(iter(self._idle))]
+            moments.append(oldest.last_seen + self.waiter_idle_timeout)
         return min(moments, default=None)

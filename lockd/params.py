@@ -7,10 +7,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
+# Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain. Always used with
+# `fullmatch`: `re.match` with `$` would accept a trailing newline.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+# Seconds are plain decimal digits: Python's float() would also take "1_0", "1e3", " 5", "inf" and "nan".
+_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")
 
 
 class BadRequest(ValueError):
@@ -29,10 +32,9 @@ def _number(query: Mapping[str, str], key: str, *, low: float, high: float) -> f
     text = query.get(key)
     if text is None or text == "":
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadRequest(f"{key}: expected a number of seconds (got {text!r})") from None
+    if not _SECONDS.fullmatch(text):
+        raise BadRequest(f"{key}: expected a number of seconds such as 30 or 2.5 (got {text!r})")
+    value = float(text)
     if not math.isfinite(value) or not low <= value <= high:
         raise BadRequest(f"{key}: must be between {low:g} and {high:g} seconds (got {text!r})")
     return value
@@ -42,11 +44,11 @@ def pod_identity(query: Mapping[str, str]) -> tuple[str, str]:
     namespace, name = query.get("namespace", ""), query.get("name", "")
     if not namespace:
         raise BadRequest("namespace: required")
-    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
         raise BadRequest(f"namespace: not a valid Kubernetes namespace name (got {namespace!r})")
     if not name:
         raise BadRequest("name: required")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         raise BadRequest(f"name: not a valid Kubernetes pod name (got {name!r})")
     return namespace, name
 
@@ -54,16 +56,42 @@ def pod_identity(query: Mapping[str, str]) -> tuple[str, str]:
 def lock_query(query: Mapping[str, str], *, max_wait: float) -> LockQuery:
     namespace, name = pod_identity(query)
     uid = query.get("uid", "")
-    if uid and not _UID.match(uid):
+    if uid and not _UID.fullmatch(uid):
         raise BadRequest(f"uid: not a valid Kubernetes uid (got {uid!r})")
     wait = _number(query, "wait", low=0.0, high=max_wait)
     return LockQuery(namespace=namespace, name=name, uid=uid, wait=wait or 0.0)
 
 
-def anonymous_duration(query: Mapping[str, str], *, default: float) -> float:
-    # A day is far beyond any start-up; a longer anonymous hold is a mistake, not a wish.
+@dataclass(frozen=True)
+class AnonymousDuration:
+    seconds: float
+    asked: float | None  # what the caller asked for, when it was more than the policy allows
+
+
+def anonymous_duration(query: Mapping[str, str], *, hold_timeout: float) -> AnonymousDuration:
+    """An anonymous slot never outlives the node policy's holdTimeout: a longer `duration` is cut to it."""
     duration = _number(query, "duration", low=1.0, high=86400.0)
-    return default if duration is None else duration
+    if duration is None:
+        return AnonymousDuration(hold_timeout, None)
+    if duration > hold_timeout:
+        return AnonymousDuration(hold_timeout, duration)
+    return AnonymousDuration(duration, None)
+
+
+def status_limit(query: Mapping[str, str], *, default: int = 100) -> int:
+    text = query.get("limit", "")
+    if not text:
+        return default
+    if not text.isascii() or not text.isdigit() or len(text) > 7:
+        raise BadRequest(f"limit: expected a whole number of waiters to list (got {text!r})")
+    return int(text)
+
+
+def release_token(headers: Mapping[str, str]) -> str:
+    return headers.get(RELEASE_TOKEN_HEADER, "").strip()
+
+
+RELEASE_TOKEN_HEADER = "X-Stagger-Release-Token"
 
 
 def status_format(query: Mapping[str, str]) -> str:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -121,20 +124,42 @@ class Silent:
 EndReason = Literal["released", "ready", "finished", "deleted"]
 
 
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A release token: 128 random bits. Only its hash is kept."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A DELETE that may not end the slot or the wait: `status` is the HTTP answer, `reason` why."""
+
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LeftQueue:
+    waiter: ledger.Waiter
+
+
 class Wakeup:
-    """Edge-triggered broadcast: every waiter blocked in `wait` returns after the next `notify`."""
+    """Level-triggered wake-up of one pod's long poll: a `notify` that comes while the poll is busy (asking,
+    finishing a grant) is not lost; the next `wait` returns at once."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
 
     def notify(self) -> None:
         self._event.set()
-        self._event = asyncio.Event()
 
     async def wait(self, seconds: float) -> None:
-        event = self._event
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=max(0.0, seconds))
+            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, seconds))
+        self._event.clear()
 
 
 class LockService:
@@ -150,6 +175,8 @@ class LockService:
         finisher: Finisher | None = None,
         announcer: Announcer | None = None,
         ready: bool = True,
+        max_queue: int = 1000,
+        persist: Callable[[list[ledger.Slot]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -166,7 +193,11 @@ class LockService:
         self.closing = False
         # Cluster mode: no grant before the pods on the node have been listed and held slots rebuilt.
         self.ready = ready
-        self.wakeup = Wakeup()
+        self.max_queue = max_queue
+        # Standalone `--state-file`: called with every slot after each change of the slots.
+        self.persist = persist
+        # One wake-up per pod that is long-polling now; only the waiters a change could admit are woken.
+        self._polls: dict[ledger.PodKey, tuple[Wakeup, int]] = {}
         self._anonymous_ids = itertools.count(1)
         self.active = active
         self.throttle = self._make_throttle(active.node_policy)
@@ -180,6 +211,24 @@ class LockService:
     @property
     def node_policy(self) -> policy.NodePolicy:
         return self.active.node_policy
+
+    @property
+    def queue_limit(self) -> int:
+        """The bound on waiters: the node policy's maxQueue, else `--max-queue`."""
+        configured = self.node_policy.max_queue
+        return self.max_queue if configured is None else configured
+
+    def wake_next(self) -> None:
+        """Something changed that may let the head of the queue in: wake it (only it; if it is granted,
+        its grant wakes the next one, so free slots fill in queue order without waking everyone)."""
+        for key in self.ledger.heads(self.clock()):
+            polling = self._polls.get(key)
+            if polling is not None:
+                polling[0].notify()
+
+    def _slots_changed(self) -> None:
+        if self.persist is not None:
+            self.persist(list(self.ledger.slots.values()))
 
     def _count(self, **increments: int) -> None:
         self.counters = replace(
@@ -226,9 +275,12 @@ class LockService:
             self.node_policy.name,
         )
         self.announcer.granted(slot, node_policy=self.node_policy)
+        token = new_token()
+        slot.token_hash = token_hash(token)
+        self._slots_changed()
         # The next waiter in line may be allowed too (several free slots): let it re-check now.
-        self.wakeup.notify()
-        return ledger.Granted(slot=slot, new=True)
+        self.wake_next()
+        return ledger.Granted(slot=slot, new=True, token=token)
 
     async def ask(self, *, namespace: str, name: str, uid: str) -> ledger.Outcome:
         key = (namespace, name)
@@ -241,9 +293,13 @@ class LockService:
             check=self._check,
             on_grant=self.throttle.commit,
             reserve=self.finisher is not None,
+            max_queue=self.queue_limit,
         )
         if isinstance(result, ledger.Reserved):
-            result = await self._finish(result.slot)
+            # Shielded: a caller that hangs up must not leave a reservation that is never confirmed or
+            # cancelled (a pending slot never expires); the grant is finished, and the pod's next ask
+            # is answered from it.
+            result = await asyncio.shield(self._finish(result.slot))
         elif isinstance(result, ledger.Granted) and result.new:
             result = self._granted(result.slot)
         if isinstance(result, ledger.Denied):
@@ -275,7 +331,7 @@ class LockService:
             throttle=verdict.throttle,
         )
         # The reserved slot is free again: the next waiter may take it.
-        self.wakeup.notify()
+        self.wake_next()
         return ledger.Denied(
             reason=verdict.reason,
             position=self.ledger.position(key) or 1,
@@ -283,31 +339,61 @@ class LockService:
             throttle=verdict.throttle,
         )
 
-    async def wait_for_slot(self, *, namespace: str, name: str, uid: str, wait: float) -> ledger.Outcome:
-        """Long poll: ask, and keep asking on every wake-up until granted or `wait` seconds have passed."""
+    async def wait_for_slot(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        wait: float,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> ledger.Outcome:
+        """Long poll: ask, and ask again when woken, until granted or `wait` seconds have passed.
+
+        A waiter whose caller went away (`alive()` false, or the request cancelled when the connection
+        closed) leaves the queue at once: it must neither take a slot nobody will use nor block the head."""
         key = (namespace, name)
         deadline = self.clock() + wait
-        outcome = await self.ask(namespace=namespace, name=name, uid=uid)
-        waiter = self.ledger.queue.get(key)
-        if waiter is not None:
-            waiter.polling += 1
+        wakeup, refs = self._polls.get(key, (Wakeup(), 0))
+        self._polls[key] = (wakeup, refs + 1)
+        waiter: ledger.Waiter | None = None
+        gone = False
         try:
+            outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+            if isinstance(outcome, ledger.Denied) and wait > 0:
+                waiter = self.ledger.start_polling(key)
             while isinstance(outcome, ledger.Denied) and not self.closing:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     break
-                # Slot denials change with events; rate, load, gate and group denials with time.
+                # Queue and slot denials change with events (this waiter is woken); rate, load, gate and
+                # group denials with time.
                 timeout = (
                     remaining
                     if outcome.throttle in (None, "maxConcurrent")
                     else min(remaining, max(0.05, outcome.retry_after))
                 )
-                await self.wakeup.wait(timeout)
+                await wakeup.wait(timeout)
+                if not alive():
+                    gone = True
+                    break
                 outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+        except asyncio.CancelledError:
+            gone = True
+            raise
         finally:
+            wakeup, refs = self._polls[key]
+            if refs <= 1:
+                del self._polls[key]
+            else:
+                self._polls[key] = (wakeup, refs - 1)
             if waiter is not None:
-                waiter.polling -= 1
-                waiter.last_seen = self.clock()
+                self.ledger.stop_polling(waiter, self.clock())
+                if gone and refs <= 1 and self.ledger.queue.get(key) is waiter:
+                    self.ledger.leave_queue(key)
+                    logger.info("%s/%s left the queue: its connection closed", namespace, name)
+                    self.wake_next()
+                    self._publish()
         if isinstance(outcome, ledger.Denied):
             self._count(denied=1)
         return outcome
@@ -324,6 +410,7 @@ class LockService:
         )
         if isinstance(outcome, ledger.Granted):
             self._count(granted=1)
+            self._slots_changed()
             logger.info("granted an anonymous slot for %.0fs (pod-startup-lock client)", duration)
         else:
             self._count(denied=1)
@@ -340,9 +427,57 @@ class LockService:
         logger.info(
             "slot of %s/%s ended (%s) after %.1fs", namespace, name, why, self.clock() - slot.granted_at
         )
-        self.wakeup.notify()
+        self._slots_changed()
+        self.wake_next()
         self._publish()
         return slot
+
+    def give_back(
+        self, *, namespace: str, name: str, token: str, uid: str, verified: bool = False
+    ) -> ledger.Slot | LeftQueue | Refused:
+        """`DELETE /v1/lock`: the holder gives its slot back (with its release token, or `verified` as that
+        pod by other means), or a waiter leaves the queue (with its uid, if it gave one)."""
+        key = (namespace, name)
+        slot = self.ledger.slots.get(key)
+        if slot is not None and not slot.pending:
+            if not verified and not (token and hmac.compare_digest(token_hash(token), slot.token_hash)):
+                reason = (
+                    "the release token is missing or wrong" if slot.token_hash else "this slot has no token"
+                )
+                return Refused(
+                    403,
+                    f"{reason}: only the caller that was granted {namespace}/{name}'s slot "
+                    "may release it (header X-Stagger-Release-Token)",
+                )
+            released = self.release(namespace=namespace, name=name)
+            assert released is not None
+            return released
+        waiter = self.ledger.queue.get(key)
+        if waiter is not None:
+            if waiter.uid and uid != waiter.uid and not verified:
+                return Refused(403, f"uid does not match the waiter {namespace}/{name}")
+            self.ledger.leave_queue(key)
+            logger.info("%s/%s left the queue: it asked to (DELETE)", namespace, name)
+            polling = self._polls.get(key)
+            if polling is not None:
+                polling[0].notify()
+            self.wake_next()
+            self._publish()
+            return LeftQueue(waiter)
+        return Refused(404, f"{namespace}/{name} holds no slot and is not waiting on this node")
+
+    def current_reason(self, waiter: ledger.Waiter) -> str:
+        """Why this waiter waits, as of now (its last answer may be stale): for `/status`."""
+        now = self.clock()
+        if waiter.key in self.ledger.slots:
+            return "finishing the grant"
+        if waiter.blocked_until > now:
+            return waiter.reason
+        ahead = self.ledger.ahead_of(waiter, now)
+        if ahead:
+            return f"{ledger.pods(ahead)} asked first (first come, first served)"
+        verdict = self._check(len(self.ledger.slots))
+        return verdict.reason if not verdict.allowed else "next in line: a slot is free"
 
     # --- pods (cluster mode) ------------------------------------------------------------------------
 
@@ -352,7 +487,7 @@ class LockService:
             # A pod still starting changes answers only through countAllStarting or waitForDaemonSets;
             # otherwise waking every long poll for each status update of each pod would be wasted work.
             if self.node_policy.count_all_starting or self.node_policy.wait_for_daemonsets:
-                self.wakeup.notify()
+                self.wake_next()
             return
         slot = self.ledger.slots.get(key)
         if slot is not None and not slot.pending:
@@ -363,24 +498,23 @@ class LockService:
                 self.release(namespace=key[0], name=key[1], why=stage)
         if stage in ("finished", "deleted") and self.ledger.leave_queue(key) is not None:
             logger.info("%s/%s left the queue: pod %s", key[0], key[1], stage)
-        self.wakeup.notify()
+        self.wake_next()
         self._publish()
 
     def restore(self, held: list[HeldSlot]) -> None:
         """After a restart: slots recorded on pods (`granted-at`) count again, with their original age."""
         now, wall = self.clock(), self.wall()
         for item in held:
-            key = (item.namespace, item.name)
-            if key in self.ledger.slots:
-                continue
             granted_at = now - max(0.0, wall - item.granted_wall)
-            self.ledger.slots[key] = ledger.Slot(
-                namespace=item.namespace,
-                name=item.name,
-                uid=item.uid,
-                granted_at=granted_at,
-                granted_wall=item.granted_wall,
-                expires_at=granted_at + self.node_policy.hold_timeout,
+            self.ledger.restore(
+                ledger.Slot(
+                    namespace=item.namespace,
+                    name=item.name,
+                    uid=item.uid,
+                    granted_at=granted_at,
+                    granted_wall=item.granted_wall,
+                    expires_at=granted_at + self.node_policy.hold_timeout,
+                )
             )
         if held:
             logger.info("rebuilt %d held slots from the pods on this node", len(held))
@@ -407,9 +541,11 @@ class LockService:
         idle = self.ledger.prune_waiters(now)
         for waiter in idle:
             logger.info("%s/%s left the queue: it stopped asking", waiter.namespace, waiter.name)
+        if due or expired:
+            self._slots_changed()
         if due or expired or idle:
             self._count(released=len(due), expired=len(expired))
-            self.wakeup.notify()
+            self.wake_next()
             self._publish()
 
     def apply_policy(self, active: ActivePolicy) -> None:
@@ -423,13 +559,14 @@ class LockService:
         self.active, self.throttle = active, throttle
         if previous.node_policy != active.node_policy:
             logger.info("node policy now %s (%s)", active.node_policy.name, active.why)
-        self.wakeup.notify()
+        self.wake_next()
         self._publish()
 
     def load_changed(self) -> None:
-        self.wakeup.notify()
+        self.wake_next()
 
     def close(self) -> None:
         """Shutting down: answer every long poll now instead of keeping the pod's grace period busy."""
         self.closing = True
-        self.wakeup.notify()
+        for wakeup, _ in self._polls.values():
+            wakeup.notify()

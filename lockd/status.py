@@ -45,6 +45,7 @@ class Status(TypedDict):
     policy: dict[str, Any]
     load: LoadStatus
     slots: list[SlotStatus]
+    waiting: int  # every waiter; `queue` lists the first `limit` of them
     queue: list[QueueStatus]
     counters: dict[str, int]
 
@@ -59,9 +60,14 @@ def build_status(
     sample: throttles.LoadSample,
     counters: Counters,
     now: float,
+    limit: int = 100,
+    reason: Callable[[ledger.Waiter], str] | None = None,
     details: Callable[[ledger.PodKey], dict[str, str]] | None = None,
 ) -> Status:
-    """Pure: the status document from the service's state at monotonic time `now`."""
+    """Pure: the status document from the service's state at monotonic time `now`.
+
+    Lists every slot (at most the node's limit) but only the first `limit` waiters, so its size and cost
+    do not grow with a long queue; `reason(waiter)` says why each waits as of now."""
     described = policy.describe_node_policy(active.node_policy, cores=cores)
     slots: list[SlotStatus] = []
     for slot in sorted(book.slots.values(), key=lambda s: s.granted_at):
@@ -79,14 +85,14 @@ def build_status(
             entry["phase"], entry["heldBecause"] = found["phase"], found["heldBecause"]
         slots.append(entry)
     queue: list[QueueStatus] = []
-    for position, waiter in enumerate(book.queue.values(), start=1):
+    for position, waiter in enumerate(book.waiters(limit), start=1):
         item: QueueStatus = {
             "namespace": waiter.namespace,
             "name": waiter.name,
             "uid": waiter.uid,
             "position": position,
             "waitingSeconds": round(now - waiter.first_seen, 3),
-            "reason": waiter.reason,
+            "reason": reason(waiter) if reason is not None else waiter.reason,
         }
         if details is not None:
             item["phase"] = details((waiter.namespace, waiter.name))["phase"]
@@ -97,6 +103,7 @@ def build_status(
         "policy": {**described, "source": active.source, "why": active.why, "cores": cores},
         "load": {"cpuPercent": sample.cpu_percent, "ioPercent": sample.io_percent, "source": sample.source},
         "slots": slots,
+        "waiting": len(book.queue),
         "queue": queue,
         "counters": dict(counters.__dict__),
     }
@@ -131,6 +138,11 @@ def render_text(status: Status) -> str:
             f"{pol['holdTimeoutSeconds']:g}",
         ),
         f"load cpu {_percent(load['cpuPercent'])}  io {_percent(load['ioPercent'])}  ({load['source']})",
+        *(
+            [f"policy reload FAILED, the last good policy stays: {pol['lastReloadError']}"]
+            if pol.get("lastReloadError")
+            else []
+        ),
         "counters " + "  ".join(f"{k} {v}" for k, v in counters.items()),
         "",
         f"slots in use: {len(status['slots'])}" + ("" if limit is None else f" of {limit}"),
@@ -154,7 +166,12 @@ def render_text(status: Status) -> str:
             for s in status["slots"]
         ]
         out += ["  " + line for line in _table(headers, rows)]
-    out += ["", f"waiting: {len(status['queue'])}"]
+    shown = len(status["queue"])
+    more = status["waiting"] - shown
+    out += [
+        "",
+        f"waiting: {status['waiting']}" + (f" (first {shown} shown; ?limit=N for more)" if more > 0 else ""),
+    ]
     if status["queue"]:
         out += [
             "  " + line

@@ -22,7 +22,7 @@ _UNITS: dict[str, Decimal] = {
     "ns": Decimal("0.000000001"),
 }
 # Longer unit names first so "ms" is not read as "m" followed by garbage.
-_COMPONENT = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|us|µs|ns|h|m|s)")
+_COMPONENT = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|us|µs|ns|h|m|s)")  # ASCII digits only
 _WHOLE = re.compile(rf"(?:{_COMPONENT.pattern})+")
 # Enough digits to hold any finite float exactly (the largest has 309 integer digits).
 _EXACT = Context(prec=800)

@@ -102,6 +102,8 @@ class NodePolicy:
     exclude_namespaces: tuple[str, ...] = ("kube-system",)
     wait_for_daemonsets: bool = False
     max_wait: float = 600.0
+    # How many pods may wait in lockd's queue on this node; None: lockd's --max-queue.
+    max_queue: int | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,7 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
         "countAllStarting": policy.count_all_starting,
         "waitForDaemonSets": policy.wait_for_daemonsets,
         "excludeNamespaces": list(policy.exclude_namespaces),
+        "maxQueue": policy.max_queue,
     }
 
 
@@ -451,6 +454,7 @@ _NODE_POLICY = _mapping(
         _Key("excludeNamespaces", "exclude_namespaces", _list_of(_dns_label)),
         _Key("waitForDaemonSets", "wait_for_daemonsets", _boolean),
         _Key("maxWait", "max_wait", _duration()),
+        _Key("maxQueue", "max_queue", _integer(minimum=1)),
     ],
     NodePolicy,
 )
@@ -525,8 +529,22 @@ def parse_policy_file(data: object, *, source: str = "<policy>") -> PolicyFile:
     return cast(PolicyFile, policy_file)
 
 
+# A policy file is a few kilobytes; a large one is a mistake or an attack on lockd's memory (every node
+# parses it), so it is refused before it is parsed.
+MAX_POLICY_BYTES = 256 * 1024
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe YAML that rejects a key written twice in one mapping (plain YAML keeps the last silently)."""
+    """Safe YAML that rejects a key written twice in one mapping (plain YAML keeps the last silently) and
+    aliases (`*name`): a policy file never needs them, and a few nested ones expand to gigabytes."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in a policy file", event.start_mark
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: set[Hashable] = set()
@@ -550,7 +568,14 @@ def read_policy_text(path: str | os.PathLike[str]) -> str:
     """The file's text; raises PolicyError naming the file when it cannot be read or is not UTF-8."""
     source = os.fspath(path)
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_POLICY_BYTES + 1)
+        if len(data) > MAX_POLICY_BYTES:
+            raise PolicyError(
+                [f"{source}: the policy file is larger than {MAX_POLICY_BYTES // 1024} KiB; refused"],
+                source=source,
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise PolicyError([f"{source}: cannot read the policy file: {reason}"], source=source) from error
@@ -561,8 +586,16 @@ def load_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
     return parse_policy_text(read_policy_text(path), source=os.fspath(path))
 
 
-def parse_policy_text(text: str, *, source: str = "<policy>") -> PolicyFile:
-    """Parse and validate a policy file's YAML text; raises PolicyError naming the source (and line)."""
+def parse_policy_text(text: str, *, source: str = "<policy>", allow_empty: bool = True) -> PolicyFile:
+    """Parse and validate a policy file's YAML text; raises PolicyError naming the source (and line).
+
+    With `allow_empty=False` a file with no document (empty, or only comments) is an error too: a reload
+    must not turn a file emptied by mistake into "no policies"."""
+    if len(text) > MAX_POLICY_BYTES:
+        raise PolicyError(
+            [f"{source}: the policy file is larger than {MAX_POLICY_BYTES // 1024} KiB; refused"],
+            source=source,
+        )
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as error:
@@ -572,4 +605,6 @@ def parse_policy_text(text: str, *, source: str = "<policy>") -> PolicyFile:
         if context := getattr(error, "context", None):
             problem = f"{problem} ({context})"
         raise PolicyError([f"{where}: invalid YAML: {problem}"], source=source) from error
+    if data is None and not allow_empty:
+        raise PolicyError([f"{source}: the policy file is empty"], source=source)
     return parse_policy_file(data, source=source)

@@ -143,9 +143,11 @@ def test_a_waiter_that_keeps_long_polling_is_never_idle() -> None:
         check=lambda n: check_concurrency(limit=1, in_use=1),
     )
     assert isinstance(denied, Denied)
-    book.queue[PODS[1]].polling = 1
+    waiter = book.start_polling(PODS[1])
+    assert waiter is not None
     assert book.prune_waiters(100.0) == []
-    book.queue[PODS[1]].polling = 0
+    book.stop_polling(waiter, 50.0)
+    assert book.prune_waiters(50.5) == []
     assert [w.name for w in book.prune_waiters(100.0)] == ["pod-1"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,8 @@ class Lockd:
     app: web.Application
     policy_path: Path
     load_path: Path
+    # Release tokens of the grants this test was given, by pod name.
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def set_load(self, *, cpu: float | None = None, io: float | None = None) -> None:
         self.load_path.write_text(json.dumps({"cpuPercent": cpu, "ioPercent": io}))
@@ -31,7 +33,19 @@ class Lockd:
         return await response.json()
 
     async def lock(self, name: str, *, namespace: str = "default", **extra: str):
-        return await self.client.get("/v1/lock", params={"namespace": namespace, "name": name, **extra})
+        response = await self.client.get("/v1/lock", params={"namespace": namespace, "name": name, **extra})
+        if response.status == 200 and "X-Stagger-Release-Token" in response.headers:
+            self.tokens[name] = response.headers["X-Stagger-Release-Token"]
+        return response
+
+    async def release(self, name: str, *, namespace: str = "default", token: str | None = None):
+        """DELETE with the release token this test was given for `name` (or `token`)."""
+        token = self.tokens.get(name, "") if token is None else token
+        return await self.client.delete(
+            "/v1/lock",
+            params={"namespace": namespace, "name": name},
+            headers={"X-Stagger-Release-Token": token},
+        )
 
 
 StartLockd = Callable[..., Awaitable[Lockd]]

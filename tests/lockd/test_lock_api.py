@@ -36,7 +36,12 @@ async def test_full_node_answers_423_with_reason_position_and_retry_after(start_
     assert denied.status == 423
     assert int(denied.headers["Retry-After"]) >= 1
     body = await denied.json()
-    assert body == {"granted": False, "reason": "2 of 2 slots in use (maxConcurrent)", "position": 1}
+    assert body == {
+        "granted": False,
+        "reason": "2 of 2 slots in use (maxConcurrent)",
+        "position": 1,
+        "maxWait": 600.0,
+    }
     second = await lockd.lock("d")
     assert (await second.json())["position"] == 2
 
@@ -46,7 +51,7 @@ async def test_freed_slot_goes_to_the_oldest_waiter(start_lockd) -> None:
     assert (await lockd.lock("holder")).status == 200
     assert (await lockd.lock("older")).status == 423
     assert (await lockd.lock("newer")).status == 423
-    released = await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "holder"})
+    released = await lockd.release("holder")
     assert released.status == 200
     assert (await released.json())["released"] is True
     newer = await lockd.lock("newer")
@@ -63,7 +68,7 @@ async def test_long_poll_answers_soon_after_the_slot_frees(start_lockd) -> None:
     waiter = asyncio.create_task(lockd.lock("waiter", wait="20"))
     await eventually(lambda: _queued(lockd, "waiter"), what="the waiter to queue")
     released_at = time.monotonic()
-    await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "holder"})
+    await lockd.release("holder")
     response = await asyncio.wait_for(waiter, timeout=10)
     assert response.status == 200
     # The contract is 100 ms; a loaded CI machine gets a generous margin.
@@ -92,13 +97,13 @@ async def test_long_poll_serves_waiters_in_order(start_lockd) -> None:
         response = await lockd.lock(name, wait="20")
         assert response.status == 200
         order.append(name)
-        await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": name})
+        await lockd.release(name)
 
     tasks = []
     for name in ("w1", "w2", "w3"):
         tasks.append(asyncio.create_task(wait_for(name)))
         await eventually(lambda name=name: _queued(lockd, name), what=f"{name} to queue")
-    await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "holder"})
+    await lockd.release("holder")
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=20)
     assert order == ["w1", "w2", "w3"]
 
@@ -130,9 +135,9 @@ async def test_idle_waiter_leaves_the_queue(start_lockd) -> None:
 
 async def test_release_of_a_pod_without_slot_is_404(start_lockd) -> None:
     lockd = await start_lockd(limit_policy(1))
-    response = await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "nobody"})
+    response = await lockd.release("nobody")
     assert response.status == 404
-    assert "holds no slot" in (await response.json())["error"]
+    assert "holds no slot and is not waiting" in (await response.json())["error"]
 
 
 async def test_post_is_the_same_as_get(start_lockd) -> None:
@@ -157,7 +162,9 @@ async def test_post_is_the_same_as_get(start_lockd) -> None:
             id="wait-big",
         ),
         pytest.param(
-            {"namespace": "default", "name": "a", "wait": "-1"}, "wait: must be between", id="wait-neg"
+            {"namespace": "default", "name": "a", "wait": "-1"},
+            "wait: expected a number of seconds",
+            id="wait-neg",
         ),
         pytest.param({"namespace": "default", "name": "a", "uid": "x y"}, "uid: not a valid", id="bad-uid"),
     ],

@@ -15,7 +15,7 @@ async def test_cpu_load_over_max_denies_with_numbers(start_lockd) -> None:
     async def denied() -> bool:
         response = await lockd.lock("p")
         if response.status != 423:
-            await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "p"})
+            await lockd.release("p")
             return False
         return (await response.json())["reason"].startswith("cpu 93% >= maxLoad 80%")
 
@@ -32,7 +32,7 @@ async def test_io_load_over_max_denies(start_lockd) -> None:
     async def denied() -> bool:
         response = await lockd.lock("p")
         if response.status == 200:
-            await lockd.client.delete("/v1/lock", params={"namespace": "default", "name": "p"})
+            await lockd.release("p")
             return False
         return (await response.json())["reason"].startswith("io 35% >= maxLoad 20%")
 

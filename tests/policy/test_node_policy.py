@@ -119,6 +119,7 @@ def test_describe_node_policy() -> None:
         "holdTimeoutSeconds": 300,
         "minHoldSeconds": 1.5,
         "maxWaitSeconds": 600,
+        "maxQueue": None,
         "countAllStarting": True,
         "waitForDaemonSets": True,
         "excludeNamespaces": ["kube-system"],

@@ -23,6 +23,7 @@ from stagger.policy import (
     ThrottleConfig,
     load_policy_file,
     parse_policy_file,
+    parse_policy_text,
 )
 from stagger.selectors import LabelSelector, Requirement
 
@@ -249,7 +250,7 @@ T = "nodePolicies[0].throttleConfig"
         pytest.param(
             {"nodePolicies": ["n"]},
             "nodePolicies[0]: must be a mapping with keys name, nodeSelector, priority, throttleConfig, "
-            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait (got 'n')",
+            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, maxQueue (got 'n')",
             id="mapping-expected",
         ),
         pytest.param(
@@ -577,13 +578,47 @@ def test_load_reports_file_and_line(tmp_path: Path, text: str, error: str) -> No
     assert caught.value.errors == (error.format(path=path),)
 
 
-def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "nodePolicies:\n- &base {name: a, priority: 1}\n- {<<: *base, name: b}\n", id="merge-key"
+        ),
+        pytest.param(
+            # 468 bytes that expand to millions of strings: the error must stay short.
+            'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+            "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+            "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n",
+            id="alias-bomb",
+        ),
+    ],
+)
+def test_yaml_aliases_are_refused_with_a_short_error(tmp_path: Path, text: str) -> None:
     path = tmp_path / "policy.yaml"
-    path.write_text(
-        "nodePolicies:\n- &base {name: a, priority: 1}\n- {<<: *base, name: b}\n",
-        encoding="utf-8",
-    )
-    assert [(p.name, p.priority) for p in load_policy_file(path).node_policies] == [("a", 1), ("b", 1)]
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_file(path)
+    (error,) = caught.value.errors
+    assert error.startswith(f"{path}:")
+    assert error.endswith("invalid YAML: YAML aliases (*name) are not allowed in a policy file")
+    assert len(str(caught.value)) < 300
+
+
+def test_policy_files_over_256_kib_are_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("# padding\n" * 30_000, encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_file(path)
+    assert caught.value.errors == (f"{path}: the policy file is larger than 256 KiB; refused",)
+    with pytest.raises(PolicyError, match="larger than 256 KiB"):
+        parse_policy_text("#" * (256 * 1024 + 1))
+
+
+def test_an_empty_file_is_an_error_only_when_asked() -> None:
+    assert parse_policy_text("# nothing\n") == PolicyFile()
+    with pytest.raises(PolicyError, match="the policy file is empty"):
+        parse_policy_text("# nothing\n", source="p.yaml", allow_empty=False)
 
 
 def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
