@@ -112,6 +112,17 @@ class NodeView:
         obj = self.nodes.get(self.node) or {}
         return dict((obj.get("metadata") or {}).get("labels") or {})
 
+    def is_pod_request(self, *, namespace: str, name: str, uid: str, remote: str | None) -> bool:
+        """A request that comes from the pod itself: its uid, and its own pod IP as the source address.
+
+        A pod cannot send from another pod's IP; hostNetwork pods share the node's address, so they never
+        count as verified (they must use the release token)."""
+        pod = self.pod((namespace, name))
+        if pod is None or remote is None or pods.meta(pod).get("uid") != uid:
+            return False
+        spec, pod_status = pod.get("spec") or {}, pod.get("status") or {}
+        return not spec.get("hostNetwork") and bool(pod_status.get("podIP")) and pod_status["podIP"] == remote
+
     def identity_problem(self, *, namespace: str, name: str, uid: str) -> str | None:
         """Why this caller may not have a slot, from the watch's view alone (see `check_identity`)."""
         return pods.identity_problem(
