@@ -7,6 +7,7 @@ must turn it into one line and a zero exit code (an init container must not wedg
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ __all__ = ["MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
 MAX_POLL_WAIT = 60.0
 
 _PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+# Kubernetes expands $(VAR) in env values and args from the variables defined before it, and leaves it
+# as it is when there is no such variable (e.g. HOST_IP without its fieldRef: status.hostIP).
+_UNEXPANDED = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_DNS_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 
 
 class ConfigError(ValueError):
@@ -52,7 +57,12 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--namespace", "POD_NAMESPACE", "namespace", "namespace of this pod"),
     _Option("--name", "POD_NAME", "name", "name of this pod"),
     _Option("--uid", "POD_UID", "uid", "UID of this pod (optional)"),
-    _Option("--max-wait", "STAGGER_MAX_WAIT", "max_wait", "give up and proceed after this (default 10m)"),
+    _Option(
+        "--max-wait",
+        "STAGGER_MAX_WAIT",
+        "max_wait",
+        "give up and proceed after this (default 10m; a smaller maxWait of the node policy wins)",
+    ),
     _Option(
         "--poll-wait", "STAGGER_POLL_WAIT", "poll_wait", "long-poll seconds per request, 0..60 (default 30)"
     ),
@@ -99,10 +109,39 @@ def _duration(text: str, *, path: str) -> float:
     return parse_duration(float(stripped) if _PLAIN_SECONDS.fullmatch(stripped) else stripped, path=path)
 
 
+def _unexpanded(value: str) -> str | None:
+    names = _UNEXPANDED.findall(value)
+    if not names:
+        return None
+    refs = list(dict.fromkeys(f"$({name})" for name in names))
+    return (
+        f"{', '.join(refs)} {'was' if len(refs) == 1 else 'were'} not expanded: Kubernetes leaves $(VAR) as it is when VAR is not defined before it "
+        f"in the container's env (got {value!r})"
+    )
+
+
+def _bad_host(host: str) -> bool:
+    """Not an IP address and not a DNS name (`urlsplit` gives hosts lower-cased, IPv6 without brackets)."""
+    try:
+        ipaddress.ip_address(host)
+        return False
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if not name or len(name) > 253 or re.fullmatch(r"[0-9.]+", name):  # digits and dots: a bad IPv4
+        return True
+    return not all(_DNS_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def _check_url(url: str) -> str | None:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as err:  # e.g. an unclosed "[" of an IPv6 address
+        return f"not a valid URL: {err} (got {url!r})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"not an http(s) URL with a host (got {url!r})"
+    if _bad_host(parts.hostname):
+        return f"{parts.hostname!r} is not a host name or IP address (got {url!r})"
     if parts.query or parts.fragment:
         return f"must not have a query or fragment (got {url!r})"
     try:
@@ -128,6 +167,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     for option in _OPTIONS[:3]:
         if option.dest not in raw:
             errors.append(f"{option.env} (or {option.flag}) is required")
+    for dest, (value, where) in list(raw.items()):
+        if problem := _unexpanded(value):
+            errors.append(f"{where}: {problem}")
+            del raw[dest]  # one line about it; its other checks would only repeat it
 
     url = raw.get("lockd_url", ("", ""))[0].rstrip("/")
     if "lockd_url" in raw and (problem := _check_url(url)):

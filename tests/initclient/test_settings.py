@@ -99,6 +99,20 @@ def test_empty_values_count_as_not_given() -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5:9400",
+        "http://[fd00::5]:9400",
+        "https://lockd.stagger.svc.cluster.local.:9443",
+        "http://node_1:9400",
+        "http://lockd:9400/behind/a/proxy",
+    ],
+)
+def test_good_lockd_urls_are_taken(url: str) -> None:
+    assert parse_settings([], {**ENV, "STAGGER_LOCKD_URL": url}).lockd_url == url
+
+
+@pytest.mark.parametrize(
     ("argv", "env", "named"),
     [
         pytest.param(
@@ -115,6 +129,33 @@ def test_empty_values_count_as_not_given() -> None:
         pytest.param([], {**ENV, "STAGGER_LOCKD_URL": "http://"}, ["with a host"], id="no host"),
         pytest.param([], {**ENV, "STAGGER_LOCKD_URL": "http://h:99999"}, ["bad port"], id="bad port"),
         pytest.param([], {**ENV, "STAGGER_LOCKD_URL": "http://h/?a=1"}, ["query"], id="query"),
+        pytest.param(
+            [],
+            {**ENV, "STAGGER_LOCKD_URL": "http://$(HOST_IP):9400"},
+            ["STAGGER_LOCKD_URL: $(HOST_IP) was not expanded: Kubernetes leaves $(VAR) as it is"],
+            id="unexpanded $(HOST_IP)",
+        ),
+        pytest.param(
+            ["--lockd-url", "http://$(HOST_IP):$(LOCKD_PORT)"],
+            ENV,
+            ["--lockd-url: $(HOST_IP), $(LOCKD_PORT) were not expanded"],
+            id="unexpanded in a flag",
+        ),
+        pytest.param(
+            [], {**ENV, "STAGGER_LOCKD_URL": "http://[::1:9400"}, ["not a valid URL"], id="unclosed IPv6"
+        ),
+        pytest.param(
+            [],
+            {**ENV, "STAGGER_LOCKD_URL": "http://lockd host:9400"},
+            ["'lockd host' is not a host name or IP address"],
+            id="space in host",
+        ),
+        pytest.param(
+            [], {**ENV, "STAGGER_LOCKD_URL": "http://10.0.0.300:9400"}, ["not a host name"], id="bad IPv4"
+        ),
+        pytest.param(
+            [], {**ENV, "STAGGER_LOCKD_URL": "http://${HOST_IP}:9400"}, ["not a host name"], id="shell syntax"
+        ),
         pytest.param(
             [], {**ENV, "STAGGER_MAX_WAIT": "10 minutes"}, ["STAGGER_MAX_WAIT: not a duration"], id="words"
         ),
