@@ -12,6 +12,10 @@ Delays:
   polling an early re-ask costs only a parked request on lockd.
 - connection errors, timeouts, other 5xx: capped exponential backoff, jittered the same way.
 - every sleep and every request timeout is cut to what is left of max-wait.
+
+Max-wait is the smaller of `--max-wait` and the node policy's `maxWait` that lockd sends with a 423/429
+(`"maxWait": seconds`): the first answer that carries it may lower the bound, a later one lower it
+further (never raise it), with one line each time it changes.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ __all__ = [
     "give_up",
     "jittered",
     "lock_reply",
+    "max_wait",
     "parse_retry_after",
     "plan_request",
     "retry_delay",
@@ -87,6 +92,7 @@ class LockReply(TypedDict, total=False):
     reason: str
     position: int
     error: str
+    maxWait: float  # seconds: the node policy's maxWait (423)
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,7 @@ class WaitState:
     position: int | None = None
     failures: int = 0  # consecutive errors; drives the backoff
     last_answer: float | None = None  # when lockd last answered 423/429/503
+    policy_max_wait: float | None = None  # lockd's node policy maxWait, once it lowered the bound
 
 
 @dataclass(frozen=True)
@@ -228,13 +235,36 @@ def _state_line(settings: Settings, old: WaitState, new: WaitState, *, now: floa
     return Line("info", prefix + text)
 
 
+def max_wait(*, settings: Settings, state: WaitState) -> float:
+    """The bound in force: `--max-wait`, or the node policy's `maxWait` if lockd sent a smaller one."""
+    if state.policy_max_wait is None:
+        return settings.max_wait
+    return min(settings.max_wait, state.policy_max_wait)
+
+
+def _bound_by_policy(settings: Settings, state: WaitState, body: LockReply) -> tuple[WaitState, Line | None]:
+    """The state with the bound lowered to the answer's `maxWait` if that is smaller, and its line."""
+    offered = body.get("maxWait")
+    current = max_wait(settings=settings, state=state)
+    if offered is None or offered >= current:
+        return state, None
+    line = Line(
+        "info",
+        f"max-wait lowered from {format_duration(current)} to {format_duration(offered)} "
+        "by lockd's node policy (maxWait)",
+    )
+    return replace(state, policy_max_wait=offered, deadline=state.started + offered), line
+
+
 def _fail_open(settings: Settings, why: str, *, level: Level) -> Line:
     return Line(level, f"proceeding without a start-up slot for {_target(settings)}: {why} (fail-open)")
 
 
 def give_up(*, settings: Settings, state: WaitState, now: float) -> Decision:
     """Max-wait is over: proceed without a slot, with one warning line saying why."""
-    waited = f"waited {_seconds(now - state.started)} (max-wait {format_duration(settings.max_wait)})"
+    bound = format_duration(max_wait(settings=settings, state=state))
+    source = " from lockd's node policy" if state.policy_max_wait is not None else ""
+    waited = f"waited {_seconds(now - state.started)} (max-wait {bound}{source})"
     if state.kind in _TROUBLE:
         trouble = "could not be reached" if state.kind == "unreachable" else "kept failing"
         if state.last_answer is None:
@@ -260,6 +290,7 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
     """What to do after `outcome` arrived at `now`; `jitter` is uniform in [0, 1)."""
     retry_after: float | None = None
     position: int | None = None
+    bound_line: Line | None = None
     if isinstance(outcome, Failure):
         kind: Kind = "unreachable"
         detail = outcome.error
@@ -274,6 +305,7 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
         retry_after = outcome.retry_after
         if status in (423, 429):
             kind, detail, position = "waiting", text or f"HTTP {status}", body.get("position")
+            state, bound_line = _bound_by_policy(settings, state, body)
         elif status == 503:
             kind, detail = "not-ready", text or "HTTP 503"
         elif 400 <= status < 500 and status != 408:
@@ -306,11 +338,13 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
         failures=failures,
         last_answer=state.last_answer if kind in _TROUBLE else now,
     )
-    remaining = state.deadline - now
+    bound_lines = (bound_line,) if bound_line is not None else ()
+    remaining = new.deadline - now
     if remaining <= 0:
-        return give_up(settings=settings, state=new, now=now)
+        gave_up = give_up(settings=settings, state=new, now=now)
+        return replace(gave_up, lines=bound_lines + gave_up.lines)
     lines = (_state_line(settings, state, new, now=now),) if _log_key(new) != _log_key(state) else ()
-    return Decision(new, Sleep(remaining if remaining - delay < LAST_ASK else delay), lines)
+    return Decision(new, Sleep(remaining if remaining - delay < LAST_ASK else delay), lines + bound_lines)
 
 
 def parse_retry_after(value: str | None, *, wall_now: float) -> float | None:
@@ -342,6 +376,9 @@ def lock_reply(data: object) -> LockReply:
         reply["error"] = error
     if isinstance(position := data.get("position"), int) and not isinstance(position, bool):
         reply["position"] = position
+    limit = data.get("maxWait")
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and math.isfinite(limit) and limit >= 0:
+        reply["maxWait"] = float(limit)
     return reply
 
 

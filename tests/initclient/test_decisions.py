@@ -24,6 +24,7 @@ from initclient.client import (
     decide,
     give_up,
     lock_reply,
+    max_wait,
     parse_retry_after,
     plan_request,
     retry_delay,
@@ -347,6 +348,77 @@ def test_give_up_line_says_why(outcomes: list[tuple[float, Reply | Failure]], sa
     assert says in at_deadline(fresh(), outcomes)
 
 
+# --- the node policy's maxWait ----------------------------------------------------------------
+
+
+def bounded(max_wait: float | None, *, reason: str = BUSY, status: int = 423) -> Reply:
+    body: LockReply = {"granted": False, "reason": reason, "position": 1}
+    if max_wait is not None:
+        body["maxWait"] = max_wait
+    return Reply(status=status, body=body, retry_after=4.0)
+
+
+def test_a_smaller_policy_max_wait_lowers_the_bound_with_one_line() -> None:
+    state = fresh()  # started at 100, --max-wait 10m
+    decision = decide(settings=SETTINGS, state=state, outcome=bounded(120.0), now=101.0, jitter=0.5)
+    assert decision.state.deadline == 220.0
+    assert max_wait(settings=SETTINGS, state=decision.state) == 120.0
+    assert texts(decision) == [
+        f"waiting for a start-up slot for ns/pod: {BUSY} (queue position 1)",
+        "max-wait lowered from 10m to 2m by lockd's node policy (maxWait)",
+    ]
+    # The request plan follows the new bound.
+    request = plan_request(settings=SETTINGS, state=decision.state, now=215.0)
+    assert request is not None and request.read_timeout == pytest.approx(5.0)
+    assert plan_request(settings=SETTINGS, state=decision.state, now=220.0) is None
+
+
+def test_later_answers_may_lower_the_bound_but_never_raise_it() -> None:
+    state = fresh()
+    lines: list[str] = []
+    for now, limit in [(101.0, 300.0), (102.0, 300.0), (103.0, None), (104.0, 900.0), (105.0, 60.0)]:
+        decision = decide(settings=SETTINGS, state=state, outcome=bounded(limit), now=now, jitter=0.5)
+        state = decision.state
+        lines.extend(texts(decision)[1:] if now == 101.0 else texts(decision))
+    assert lines == [
+        "max-wait lowered from 10m to 5m by lockd's node policy (maxWait)",
+        "max-wait lowered from 5m to 1m by lockd's node policy (maxWait)",
+    ]
+    assert state.deadline == 160.0
+    decision = give_up(settings=SETTINGS, state=state, now=160.0)
+    [line] = texts(decision)
+    assert line.startswith(
+        "proceeding without a start-up slot for ns/pod: waited 1m (max-wait 1m from lockd's node policy) "
+        "without getting a slot"
+    )
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(bounded(600.0), id="equal to --max-wait"),
+        pytest.param(bounded(3600.0), id="larger than --max-wait"),
+        pytest.param(bounded(60.0, status=503), id="on a 503"),
+        pytest.param(bounded(60.0, status=500), id="on a 500 (hints of a failing lockd are not trusted)"),
+    ],
+)
+def test_max_wait_that_does_not_lower_the_bound_changes_nothing(outcome: Reply) -> None:
+    state = fresh()
+    decision = decide(settings=SETTINGS, state=state, outcome=outcome, now=101.0, jitter=0.5)
+    assert decision.state.deadline == state.deadline
+    assert decision.state.policy_max_wait is None
+    assert not [text for text in texts(decision) if "max-wait lowered" in text]
+
+
+def test_a_policy_max_wait_already_used_up_gives_up_at_once() -> None:
+    state = fresh()
+    decision = decide(settings=SETTINGS, state=state, outcome=bounded(30.0), now=145.0, jitter=0.5)
+    assert decision.action == Finish(exit_code=0, granted=False)
+    assert [line.level for line in decision.lines] == ["info", "warning"]
+    assert texts(decision)[0] == "max-wait lowered from 10m to 30s by lockd's node policy (maxWait)"
+    assert "waited 45.0s (max-wait 30s from lockd's node policy)" in texts(decision)[1]
+
+
 # --- wire parsing -----------------------------------------------------------------------------
 
 WALL_NOW = 1_700_000_000.0
@@ -383,6 +455,12 @@ def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
         pytest.param(
             {"granted": "yes", "reason": 5, "position": True, "error": None}, {}, id="wrong types dropped"
         ),
+        pytest.param({"granted": False, "maxWait": 120}, {"granted": False, "maxWait": 120.0}, id="maxWait"),
+        pytest.param({"maxWait": 0.5}, {"maxWait": 0.5}, id="maxWait fraction"),
+        pytest.param({"maxWait": True}, {}, id="maxWait bool"),
+        pytest.param({"maxWait": "10m"}, {}, id="maxWait text"),
+        pytest.param({"maxWait": -1}, {}, id="maxWait negative"),
+        pytest.param({"maxWait": float("inf")}, {}, id="maxWait infinite"),
         pytest.param(["granted"], {}, id="not an object"),
         pytest.param(None, {}, id="not JSON"),
     ],

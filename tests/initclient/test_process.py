@@ -238,6 +238,53 @@ async def test_bad_config_fails_open_with_one_error_line(env: dict[str, str], na
     assert line.endswith("; proceeding without a start-up slot (fail-open)")
 
 
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        pytest.param(
+            "http://$(HOST_IP):9400",
+            "STAGGER_LOCKD_URL: $(HOST_IP) was not expanded: Kubernetes leaves $(VAR) as it is when VAR is "
+            "not defined before it in the container's env (got 'http://$(HOST_IP):9400')",
+            id="unexpanded $(HOST_IP)",
+        ),
+        pytest.param(
+            "http://[fd00::5:9400", "STAGGER_LOCKD_URL: not a valid URL: Invalid IPv6 URL", id="unclosed IPv6"
+        ),
+        pytest.param(
+            "http://lockd host:9400",
+            "STAGGER_LOCKD_URL: 'lockd host' is not a host name or IP address",
+            id="space in host",
+        ),
+    ],
+)
+async def test_a_lockd_url_that_cannot_work_is_a_config_error_at_once(url: str, named: str) -> None:
+    # Not "lockd unreachable" after waiting max-wait: nothing is asked, one line, exit 0 (fail-open).
+    result = await run(environment(url, STAGGER_MAX_WAIT="5s"))
+    assert result.code == 0
+    [line] = result.lines
+    assert line.startswith("stagger: error: invalid configuration (")
+    assert named in line
+    assert line.endswith("; proceeding without a start-up slot (fail-open)")
+    assert result.elapsed < 5.0
+
+
+async def test_the_node_policy_max_wait_bounds_the_wait(lockd: FakeLockd) -> None:
+    lockd.script = [
+        Answer(423, {"granted": False, "reason": BUSY, "position": 1, "maxWait": 4}, "0"),
+        Answer(423, {"granted": False, "reason": BUSY, "position": 1, "maxWait": 1.5}, "0"),
+    ]
+    result = await run(environment(lockd.url, STAGGER_MAX_WAIT="10s"))
+    assert_gave_up(
+        result, max_wait=1.5, says="(max-wait 1.5s from lockd's node policy) without getting a slot"
+    )
+    assert result.lines[:3] == [
+        f"stagger: waiting for a start-up slot for ns/pod: {BUSY} (queue position 1)",
+        "stagger: max-wait lowered from 10s to 4s by lockd's node policy (maxWait)",
+        "stagger: max-wait lowered from 4s to 1.5s by lockd's node policy (maxWait)",
+    ]
+    assert len(result.lines) == 4
+
+
 async def test_sigterm_during_a_long_poll_exits_promptly(lockd: FakeLockd) -> None:
     lockd.script = [HANG]
     started = asyncio.get_running_loop().time()
