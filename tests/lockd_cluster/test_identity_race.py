@@ -17,6 +17,7 @@ from sim.apiserver import ApiServer
 from stagger.informer import InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from tests.lockd_cluster.conftest import NAMES, NODE, make_node, make_pod
+from tests.policies import limit_policy
 
 
 @dataclass
@@ -188,3 +189,17 @@ async def test_with_no_read_left_the_check_waits_for_the_watch(
     watches.append(asyncio.create_task(view.run()))  # the watch catches up
     assert await asyncio.wait_for(check, timeout=10) is None
     assert reads(api) == before
+
+
+async def test_through_lockd_a_stranger_asking_again_and_again_costs_one_api_read(
+    start_lockd, api: ApiServer, kube: RestClient
+) -> None:
+    await make_node(kube)
+    lockd = await start_lockd(limit_policy(1))
+    before = reads(api)
+    stranger = {"metadata": {"namespace": "default", "name": "nobody", "uid": "u"}}
+    for _ in range(20):
+        response = await lockd.lock(stranger)
+        assert response.status == 403
+        assert "no pod default/nobody is bound to node" in (await response.json())["error"]
+    assert reads(api) == before + 1
