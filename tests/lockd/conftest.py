@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from lockd import app as lockd_app
+from lockd import server
 from lockd.settings import Settings
 
 
@@ -51,6 +52,23 @@ class Lockd:
 StartLockd = Callable[..., Awaitable[Lockd]]
 
 
+class LockdTestServer(TestServer):
+    """aiohttp's test server, serving through lockd's own runner (JSON errors for malformed HTTP, handler
+    cancellation, the header timeout) so the tests see what a real lockd serves."""
+
+    def __init__(self, app: web.Application, settings: Settings) -> None:
+        super().__init__(app, host="127.0.0.1")
+        self.settings = settings
+
+    async def _make_runner(self, **kwargs: object) -> server.Runner:
+        return server.make_runner(
+            self.app,
+            header_timeout=self.settings.header_timeout,
+            shutdown_timeout=self.settings.shutdown_timeout,
+            access_log=None,
+        )
+
+
 @pytest.fixture
 def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
     async def start(policy_yaml: str | None = None, **overrides: object) -> Lockd:
@@ -70,7 +88,7 @@ def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
             settings = replace(settings, policies=policy_path)
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
         app = lockd_app.make_app(settings)
-        client = await aiohttp_client(app)
+        client = await aiohttp_client(LockdTestServer(app, settings))
         return Lockd(client=client, app=app, policy_path=policy_path, load_path=load_path)
 
     return start
