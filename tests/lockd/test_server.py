@@ -1,0 +1,175 @@
+"""lockd as a real process facing broken clients and restarts: a slow client is cut off at the header
+timeout, malformed HTTP gets a JSON 400 and no traceback, a port in use is one line and exit 1, the
+`--max-long-poll` cap, and `--state-file` keeping standalone slots across a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockd.__main__ import banner
+from lockd.settings import Settings
+from tests.policies import limit_policy
+from tests.processes import clean_env, free_port, get, wait_until_up
+
+
+@contextlib.contextmanager
+def running_lockd(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}", *args],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/healthz", proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=15)
+    return stderr
+
+
+def test_a_slow_client_is_cut_off_at_the_header_timeout() -> None:
+    port = free_port()
+    with running_lockd("--header-timeout", "1s", port=port) as proc:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            started = time.monotonic()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            closed = False
+            # A slowloris sends a header line now and then and never finishes the request.
+            while time.monotonic() - started < 8:
+                try:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                    if sock.recv(1024) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+                    break
+            assert closed, "lockd kept a connection that never sent a whole request"
+            assert time.monotonic() - started < 5
+        assert proc.poll() is None
+
+
+def test_malformed_http_gets_a_json_400_and_no_traceback() -> None:
+    port = free_port()
+    with running_lockd(port=port) as proc:
+        answers = []
+        for garbage in (b"GET /v1/lock HTTP/1.1\r\nHost x\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(garbage)
+                data = b""
+                while chunk := sock.recv(4096):
+                    data += chunk
+            answers.append(data.decode())
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200, "lockd keeps serving"
+        stderr = _stop(proc)
+    for answer in answers:
+        head, _, body = answer.partition("\r\n\r\n")
+        assert re.match(r"HTTP/1\.[01] 400 ", head)
+        assert "application/json" in head
+        assert json.loads(body)["error"].startswith("malformed HTTP request")
+    assert "Traceback" not in stderr
+    assert stderr.count("malformed HTTP request from") == 2
+
+
+def test_a_port_in_use_is_one_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=clean_env(),
+        )
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if not line[:4].isdigit()]  # not log lines
+    assert lines == [f"lockd: cannot listen on 127.0.0.1:{port}: address already in use"] or (
+        len(lines) == 1 and lines[0].startswith(f"lockd: cannot listen on 127.0.0.1:{port}")
+    )
+    assert "Traceback" not in done.stderr
+    assert "Try:" not in done.stderr, "the banner is printed only once lockd listens"
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [pytest.param("300s", True, id="at-cap"), pytest.param("301s", False, id="over-cap")],
+)
+def test_max_long_poll_is_capped(value: str, accepted: bool) -> None:
+    from lockd.settings import SettingsError, parse_settings
+
+    if accepted:
+        assert parse_settings(["--standalone", "--max-long-poll", value], {}).max_long_poll == 300
+        return
+    with pytest.raises(SettingsError, match=r"--max-long-poll: must be at most 5m"):
+        parse_settings(["--standalone", "--max-long-poll", value], {})
+
+
+def test_the_banner_shows_a_request_that_works_in_each_mode() -> None:
+    assert "&uid=" not in banner(Settings(standalone=True))
+    assert "uid=<the pod's metadata.uid>" in banner(Settings(standalone=False))
+
+
+def test_a_standalone_restart_with_a_state_file_keeps_the_slots(tmp_path: Path) -> None:
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(limit_policy(2))
+    state = tmp_path / "state.json"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ("--policies", str(policies), "--state-file", str(state))
+    with running_lockd(*args, port=port) as proc:
+        tokens = {}
+        for name in ("a", "b"):
+            with urllib.request.urlopen(f"{base}/v1/lock?namespace=default&name={name}") as response:
+                tokens[name] = json.loads(response.read())["releaseToken"]
+        assert get(f"{base}/v1/lock?namespace=default&name=c")[0] == 423
+        _stop(proc)
+    saved = state.read_text()
+    assert tokens["a"] not in saved and tokens["b"] not in saved, "only token hashes are written"
+    with running_lockd(*args, port=port):
+        status = json.loads(get(f"{base}/status")[1])
+        assert sorted(s["name"] for s in status["slots"]) == ["a", "b"]
+        assert get(f"{base}/v1/lock?namespace=default&name=c")[0] == 423, "the limit holds across the restart"
+        request = urllib.request.Request(
+            f"{base}/v1/lock?namespace=default&name=a",
+            method="DELETE",
+            headers={"X-Stagger-Release-Token": tokens["a"]},
+        )
+        with urllib.request.urlopen(request) as response:
+            assert json.loads(response.read())["released"] is True, "the token of before the restart works"
+        assert get(f"{base}/v1/lock?namespace=default&name=c")[0] == 200
+
+
+def test_a_state_file_is_only_for_standalone() -> None:
+    from lockd.settings import SettingsError, parse_settings
+
+    with pytest.raises(SettingsError, match="--state-file: only for --standalone"):
+        parse_settings(["--state-file", "/tmp/x.json", "--node-name", "n"], {})
