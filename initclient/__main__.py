@@ -85,7 +85,21 @@ def run(settings: Settings) -> int:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         session.close()
+    if finish is not None and finish.release_token and settings.release_token_file:
+        _write_token(settings.release_token_file, finish.release_token)
     return finish.exit_code if finish is not None else 0
+
+
+def _write_token(path: str, token: str) -> None:
+    """The token for whoever gives the slot back; a failure to write it must not fail the pod."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token)
+    except OSError as err:
+        logger.warning(
+            "could not write the release token to %s: %s (the slot ends at holdTimeout)", path, err
+        )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

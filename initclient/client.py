@@ -93,6 +93,7 @@ class LockReply(TypedDict, total=False):
     position: int
     error: str
     maxWait: float  # seconds: the node policy's maxWait (423)
+    releaseToken: str  # 200 of a new grant: the secret that DELETE /v1/lock needs
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class Sleep:
 class Finish:
     exit_code: int
     granted: bool
+    release_token: str | None = None  # never logged
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,8 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
             line = Line(
                 "info", f"granted start-up slot for {_target(settings)} after {now - state.started:.1f}s"
             )
-            return Decision(state, Finish(exit_code=0, granted=True), (line,))
+            token = body.get("releaseToken")
+            return Decision(state, Finish(exit_code=0, granted=True, release_token=token), (line,))
         retry_after = outcome.retry_after
         if status in (423, 429):
             kind, detail, position = "waiting", text or f"HTTP {status}", body.get("position")
@@ -376,6 +379,8 @@ def lock_reply(data: object) -> LockReply:
         reply["error"] = error
     if isinstance(position := data.get("position"), int) and not isinstance(position, bool):
         reply["position"] = position
+    if isinstance(token := data.get("releaseToken"), str) and token:
+        reply["releaseToken"] = token
     limit = data.get("maxWait")
     if isinstance(limit, int | float) and not isinstance(limit, bool) and math.isfinite(limit) and limit >= 0:
         reply["maxWait"] = float(limit)

@@ -42,6 +42,8 @@ class Settings:
     poll_wait: float = 30.0  # long-poll seconds asked of lockd per request
     max_backoff: float = 10.0  # cap of the retry delay after errors
     request_timeout: float = 10.0  # HTTP timeout on top of poll_wait
+    # Where to write lockd's release token (mode 0600) on a grant, for whatever gives the slot back.
+    release_token_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,13 @@ _OPTIONS: tuple[_Option, ...] = (
         "STAGGER_REQUEST_TIMEOUT",
         "request_timeout",
         "HTTP timeout on top of the poll wait (default 10s)",
+    ),
+    _Option(
+        "--release-token-file",
+        "STAGGER_RELEASE_TOKEN_FILE",
+        "release_token_file",
+        "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "
+        "the pod can give its slot back with DELETE /v1/lock (standalone lockd)",
     ),
 )
 
@@ -210,4 +219,5 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         poll_wait=durations.get("poll_wait", defaults.poll_wait),
         max_backoff=durations.get("max_backoff", defaults.max_backoff),
         request_timeout=durations.get("request_timeout", defaults.request_timeout),
+        release_token_file=raw["release_token_file"][0] if "release_token_file" in raw else None,
     )

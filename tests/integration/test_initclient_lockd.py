@@ -22,12 +22,13 @@ def get_json(url: str) -> dict:
 
 
 @pytest.fixture
-def lockd_url(tmp_path: Path) -> Iterator[str]:
+def lockd_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     port = free_port()
     policies = tmp_path / "policies.yaml"
-    # Slots end by holdTimeout here: standalone lockd does not see pods become Ready.
+    # Slots end by holdTimeout here unless released: standalone lockd does not see pods become Ready.
+    hold = getattr(request, "param", "400ms")
     policies.write_text(
-        "nodePolicies:\n- name: three\n  holdTimeout: 400ms\n  throttleConfig: {maxConcurrent: {value: 3}}\n"
+        f"nodePolicies:\n- name: three\n  holdTimeout: {hold}\n  throttleConfig: {{maxConcurrent: {{value: 3}}}}\n"
     )
     proc = subprocess.Popen(
         [
@@ -101,3 +102,32 @@ def test_client_without_lockd_fails_open_after_max_wait() -> None:
     assert done.returncode == 0
     assert "proceeding without a start-up slot" in done.stderr
     assert 1.5 <= time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("lockd_url", ["5m"], indirect=True)
+def test_the_release_token_file_lets_the_pod_give_its_slot_back(lockd_url: str, tmp_path: Path) -> None:
+    token_file = tmp_path / "shared" / "release-token"
+    token_file.parent.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "initclient"],
+        env=clean_env(
+            STAGGER_LOCKD_URL=lockd_url,
+            POD_NAMESPACE="default",
+            POD_NAME="app-0",
+            STAGGER_RELEASE_TOKEN_FILE=str(token_file),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    token = token_file.read_text()
+    assert len(token) == 32 and token not in done.stderr, "the token is written, never logged"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    request = urllib.request.Request(
+        f"{lockd_url}/v1/lock?namespace=default&name=app-0",
+        method="DELETE",
+        headers={"X-Stagger-Release-Token": token},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["released"] is True
