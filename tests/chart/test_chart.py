@@ -92,3 +92,8 @@ def test_lockd_settings_in_the_chart_are_accepted_by_lockd(tmp_path: Path) -> No
     settings = parse_settings([], env)
     assert settings.port == 9400
     assert settings.standalone is False
+    assert settings.anonymous_allowed is False
+    assert settings.max_queue == 1000
+    anonymous = by_kind(render("lockd.allowAnonymous=true"), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in anonymous["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert parse_settings([], {**env, "STAGGER_POLICIES": "p.yaml"}).anonymous_allowed is True
