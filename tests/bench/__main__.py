@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 from tests.bench import lockd_bench
 
-KNOWN: dict[str, lockd_bench.Mode] = {"lockd": "standalone", "lockd-cluster": "cluster"}
+KNOWN = ("lockd", "lockd-cluster", "lockd-queue")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: {', '.join(KNOWN)}")
     results = {}
     for name in args.which:
-        results[name] = asyncio.run(lockd_bench.run(seconds=args.seconds, mode=KNOWN[name]))
+        if name == "lockd-queue":
+            results[name] = asyncio.run(lockd_bench.queue_scaling(seconds=min(args.seconds, 5.0)))
+        else:
+            mode: lockd_bench.Mode = "cluster" if name == "lockd-cluster" else "standalone"
+            results[name] = asyncio.run(lockd_bench.run(seconds=args.seconds, mode=mode))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -5,6 +5,8 @@ standalone mode and in cluster mode (watching the pods of its node on the sim AP
 - Requests per second on the 423 path (a full node answering "wait"), from an aiohttp load generator
   with 32 concurrent connections in this process, cycling over 100 other pods (wait=0).
 - Long-poll hand-off: time from a DELETE freeing the slot to the oldest waiter's 200.
+- Queue scaling (standalone): 423-path requests per second with 10 and with 10,000 pods queued (each ask
+  is a re-ask of a queued pod), `/healthz` latency and `/status` size with the long queue.
 """
 
 from __future__ import annotations
@@ -183,6 +185,7 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
             holder, waiters, others = pods[0], pods[1 : WAITERS + 1], pods[WAITERS + 1 :]
             async with session.get(f"{base}/v1/lock", params=holder.query()) as r:
                 assert r.status == 200, r.status
+                token = r.headers["X-Stagger-Release-Token"]
 
             async def wait(pod: Pod) -> tuple[int, float]:
                 async with session.get(f"{base}/v1/lock", params=pod.query(wait="60")) as response:
@@ -201,7 +204,9 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
             total, statuses = await _hammer(session, base, others, seconds)
 
             released_at = time.monotonic()
-            async with session.delete(f"{base}/v1/lock", params=holder.query()) as r:
+            async with session.delete(
+                f"{base}/v1/lock", params=holder.query(), headers={"X-Stagger-Release-Token": token}
+            ) as r:
                 assert r.status == 200, r.status
             status, answered_at = await tasks[0]
             handoff_ms = (answered_at - released_at) * 1000
@@ -218,4 +223,63 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
         "423-path throughput": f"{total / seconds:.0f} req/s over {seconds:g}s, {CONNECTIONS} connections, aiohttp client",
         "responses by status": ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())),
         "long-poll hand-off (DELETE -> waiter 200)": f"{handoff_ms:.1f} ms (status {status})",
+    }
+
+
+async def _fill_queue(session: aiohttp.ClientSession, base: str, names: list[str]) -> None:
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for name in names:
+        queue.put_nowait(name)
+
+    async def worker() -> None:
+        while not queue.empty():
+            name = queue.get_nowait()
+            async with session.get(f"{base}/v1/lock", params={"namespace": "bench", "name": name}) as r:
+                await r.read()
+                assert r.status == 423, r.status
+
+    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+
+
+async def queue_scaling(*, seconds: float = 5.0) -> dict[str, str]:
+    """423-path req/s with a short and a long queue: every ask must cost O(log n) in the queue's length."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    short, long = 10, 10_000
+    connector = aiohttp.TCPConnector(limit=CONNECTIONS + 8)
+    with tempfile.TemporaryDirectory() as tmp:
+        policies = Path(tmp) / "policies.yaml"
+        policies.write_text(
+            "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
+            args = ["--standalone", "--policies", str(policies), "--max-queue", str(long + 10)]
+            args += ["--waiter-idle-timeout", "1h", "--log-level", "warning", "--listen", f"127.0.0.1:{port}"]
+            await stack.enter_async_context(_running(await _process(sys.executable, "-m", "lockd", *args)))
+            await _wait_ok(session, f"{base}/readyz", what="lockd")
+            async with session.get(f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}) as r:
+                assert r.status == 200, r.status
+            names = [f"q-{i:05d}" for i in range(long)]
+            results: dict[int, float] = {}
+            await _fill_queue(session, base, names[:short])
+            total, _ = await _hammer(session, base, [Pod("bench", n) for n in names[:short]], seconds)
+            results[short] = total / seconds
+            await _fill_queue(session, base, names[short:])
+            # Re-asks spread over the whole queue, the head and the tail alike.
+            total, _ = await _hammer(session, base, [Pod("bench", n) for n in names[::97]], seconds)
+            results[long] = total / seconds
+            started = time.monotonic()
+            async with session.get(f"{base}/healthz") as r:
+                await r.read()
+            healthz_ms = (time.monotonic() - started) * 1000
+            async with session.get(f"{base}/status") as r:
+                status_bytes = len(await r.read())
+    return {
+        "mode": "standalone, queue scaling",
+        f"423-path throughput, {short} waiters": f"{results[short]:.0f} req/s",
+        f"423-path throughput, {long:,} waiters": f"{results[long]:.0f} req/s",
+        "ratio (short / long queue; goal <= 1.5)": f"{results[short] / results[long]:.2f}",
+        f"/healthz with {long:,} waiters": f"{healthz_ms:.1f} ms",
+        f"/status size with {long:,} waiters": f"{status_bytes / 1024:.1f} KiB (first 100 listed)",
     }
