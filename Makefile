@@ -8,16 +8,22 @@ PYTEST_ARGS ?=
 
 .PHONY: venv run test lint typecheck layers unit bench demo tools clean control-plane
 
+# What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
+$(VENV)/.installed-run: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	touch $@
+
+# Everything: the test tools, the official kubernetes client, matplotlib for the demo's plot.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
-	touch $@
+	touch $@ $(VENV)/.installed-run
 
 venv: $(VENV)/.installed
 
-run: venv ## lockd on localhost with the built-in default policy, no cluster needed
-	@echo "lockd on http://$(LISTEN)   try: curl -s 'http://$(LISTEN)/v1/lock?namespace=default&name=demo'   and   curl -s 'http://$(LISTEN)/status?format=text'"
+run: $(VENV)/.installed-run ## lockd on localhost with the built-in default policy, no cluster needed
 	$(PY) -m lockd --standalone --listen $(LISTEN)
 
 lint: venv

