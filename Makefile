@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:8080
+# The built-in policy gives 0.5 slot per core: as if on 2 cores, lockd has one slot, so the README's
+# walk-through shows a 423 on the second pod on any machine. `make run RUN_ARGS=` uses this machine's cores.
+RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
 .PHONY: venv run test lint typecheck layers unit bench demo tools clean control-plane
@@ -24,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 run: $(VENV)/.installed-run ## lockd on localhost with the built-in default policy, no cluster needed
-	$(PY) -m lockd --standalone --listen $(LISTEN)
+	$(PY) -m lockd --standalone --listen $(LISTEN) $(RUN_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
