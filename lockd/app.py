@@ -110,11 +110,12 @@ def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
     )
 
 
-def _queue_full(outcome: ledger.QueueFull) -> web.Response:
+def _queue_full(outcome: ledger.QueueFull, *, max_wait: float) -> web.Response:
     body: QueueFullBody = {
         "granted": False,
         "reason": f"{outcome.limit} pods are already waiting on this node (maxQueue); try again later",
         "queueLimit": outcome.limit,
+        "maxWait": max_wait,
     }
     return web.json_response(
         body, status=429, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
@@ -166,7 +167,7 @@ async def lock(request: web.Request) -> web.Response:
     )
     if isinstance(outcome, ledger.QueueFull):
         service.metrics.requests.labels(result="queue_full").inc()
-        return _queue_full(outcome)
+        return _queue_full(outcome, max_wait=service.node_policy.max_wait)
     if isinstance(outcome, ledger.Denied):
         service.metrics.requests.labels(result="denied").inc()
         return _denied(outcome, max_wait=service.node_policy.max_wait)
@@ -243,7 +244,7 @@ async def legacy_lock(request: web.Request) -> web.Response:
     try:
         duration = params.anonymous_duration(request.query, hold_timeout=service.node_policy.hold_timeout)
     except params.BadRequest as err:
-        return web.Response(status=400, text=str(err))
+        return _json_error(400, str(err))
     if not service.ready or service.closing:
         return web.Response(status=423, text="Locked", headers={"Retry-After": "1"})
     outcome = service.take_anonymous(duration=duration.seconds)

@@ -323,6 +323,8 @@ class LockService:
             verdict = throttles.Verdict(
                 allowed=False, reason="the pod changed while its grant was being recorded", retry_after=1.0
             )
+        # The reservation took a rate-limit token; no pod starts, so the token comes back.
+        self.throttle.refund()
         self.ledger.cancel(
             key,
             now=now,

@@ -39,6 +39,7 @@ class QueueFullBody(TypedDict):
     granted: bool  # always False
     reason: str
     queueLimit: int
+    maxWait: float  # as in LockDenied
 
 
 class LeftQueueBody(TypedDict):

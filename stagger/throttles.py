@@ -80,6 +80,11 @@ class TokenBucket:
         self._tokens = available - 1.0
         return True
 
+    def give_back(self, now: float) -> None:
+        """Return a token taken for a grant that did not happen (capped at `burst`)."""
+        self._tokens = min(float(self.burst), self.tokens(now) + 1.0)
+        self._updated = max(self._updated, now)
+
 
 def concurrency_limit(config: policy.ThrottleConfig, *, cores: int) -> int | None:
     """The effective slot limit of a throttle config, or None when it sets none."""
@@ -180,6 +185,11 @@ class NodeThrottle:
         """Record that a slot was granted (takes a rate-limit token)."""
         if self._bucket is not None:
             self._bucket.take(self._clock())
+
+    def refund(self) -> None:
+        """A committed grant did not happen after all (its group said no): its rate-limit token comes back."""
+        if self._bucket is not None:
+            self._bucket.give_back(self._clock())
 
     def seconds_until_token(self) -> float | None:
         return None if self._bucket is None else self._bucket.seconds_until_token(self._clock())

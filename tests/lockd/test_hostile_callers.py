@@ -36,6 +36,14 @@ async def test_an_anonymous_slot_never_outlives_hold_timeout(start_lockd) -> Non
     assert shorter.headers["X-Stagger-Duration"] == "30"
 
 
+async def test_a_bad_anonymous_duration_is_a_json_400(start_lockd) -> None:
+    lockd = await start_lockd(limit_policy(2))
+    response = await lockd.client.get("/", params={"duration": "forever"})
+    assert response.status == 400
+    assert "duration" in (await response.json())["error"]
+    assert (await lockd.status())["slots"] == []
+
+
 async def test_anonymous_path_can_be_turned_off_standalone(start_lockd) -> None:
     lockd = await start_lockd(limit_policy(2), allow_anonymous=False)
     response = await lockd.client.get("/", params={"duration": "10"})
@@ -123,6 +131,7 @@ async def test_the_queue_is_bounded_and_a_full_queue_answers_429(start_lockd) ->
     assert int(full.headers["Retry-After"]) >= 1
     body = await full.json()
     assert body["granted"] is False and body["queueLimit"] == 3 and "maxQueue" in body["reason"]
+    assert body["maxWait"] == 600.0, "the init client bounds its wait by the node policy here too"
     assert (await lockd.lock("w2")).status == 423, "a pod already waiting keeps asking"
     status = await lockd.status()
     assert status["waiting"] == 3

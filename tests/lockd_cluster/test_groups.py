@@ -107,3 +107,16 @@ async def test_unreachable_controller(
     assert response.status == status
     if reason:
         assert reason in (await response.json())["reason"]
+
+
+async def test_a_group_no_gives_the_rate_limit_token_back(start_lockd, kube, controller) -> None:
+    _, url = controller
+    await make_node(kube)
+    held = await make_pod(kube, "held", labels={NAMES.group_label: "g-slow"})
+    other = await make_pod(kube, "other")
+    # One start-up token an hour: the reservation for `held` takes it; the group's no must return it.
+    policy = limit_policy(2, extra="    rateLimit: {burst: 1, fillFactor: 1h}\n")
+    lockd = await start_lockd(policy, controller_url=url)
+    assert (await lockd.lock(held)).status == 423
+    granted = await lockd.lock(other)
+    assert granted.status == 200, await granted.text()

@@ -118,3 +118,14 @@ def test_carry_over_keeps_the_bucket_level_across_reloads() -> None:
 @pytest.mark.parametrize(("seconds", "header"), [(0.0, 1), (0.2, 1), (1.0, 1), (1.01, 2), (30.0, 30)])
 def test_retry_after_is_whole_seconds_never_zero(seconds: float, header: int) -> None:
     assert throttles.ceil_seconds(seconds) == header
+
+
+def test_a_refunded_token_comes_back_but_never_above_burst() -> None:
+    bucket = throttles.TokenBucket(burst=2, fill_seconds=10.0, now=0.0)
+    assert bucket.take(0.0) and bucket.take(0.0)
+    assert not bucket.take(0.0)
+    bucket.give_back(0.0)
+    assert bucket.take(0.0), "the token given back is there for the next grant"
+    full = throttles.TokenBucket(burst=2, fill_seconds=10.0, now=0.0)
+    full.give_back(0.0)
+    assert full.tokens(0.0) == 2.0
