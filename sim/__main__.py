@@ -17,14 +17,14 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     # Imported lazily so that `python -m sim apiserver` does not pay for matplotlib and friends.
     if command == "apiserver":
-        from sim import apiserver
+        from sim.emulator import server
 
-        return apiserver.main(rest)
+        return server.main(rest)
     if command == "cluster":
-        from sim import cluster
+        from sim.cluster import simcluster
 
-        return cluster.main(rest)
-    from sim import herd
+        return simcluster.main(rest)
+    from sim.cluster import herd
 
     return herd.main(rest)
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from sim.apiserver import ApiServer, ApiServerSettings
+from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import CONFIGMAPS, RestClient, WatchEventType
 from tests.waiting import eventually

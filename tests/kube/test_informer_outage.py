@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from sim.apiserver import ApiServer, ApiServerSettings
+from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings, retry_delay
 from stagger.kube import CONFIGMAPS, RestClient
 from tests.processes import free_port

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from lockd import app as lockd_app
 from lockd.settings import Settings
-from sim.apiserver import ApiServer, ApiServerSettings
+from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.kube import EVENTS, NODES, PODS, RestClient
 from stagger.names import Names
 from tests.waiting import eventually

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from lockd.cluster import IdentitySettings, NodeView
-from sim.apiserver import ApiServer
+from sim.emulator.server import ApiServer
 from stagger.informer import InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from tests.lockd_cluster.conftest import NAMES, NODE, make_node, make_pod

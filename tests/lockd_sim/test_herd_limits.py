@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 
 from lockd.pods import is_ready, stage
-from sim.apiserver import ApiServer, ApiServerSettings
-from sim.cluster import ClusterSettings, SimCluster
-from sim.scenario import NodePool, Scenario, load_scenario
+from sim.cluster.scenario import NodePool, Scenario, load_scenario
+from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 
 from lockd.pods import is_ready, owner_kind, stage, uses_stagger
-from sim import podparams
-from sim.apiserver import ApiServer, ApiServerSettings
-from sim.cluster import ClusterSettings, SimCluster
-from sim.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
+from sim.cluster import podparams
+from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
+from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names

@@ -11,7 +11,7 @@ import pytest
 import requests
 from kubernetes import client, config
 
-from sim.apiserver import ApiServerSettings, ApiServerThread
+from sim.emulator.server import ApiServerSettings, ApiServerThread
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import trustme
 
-from sim.apiserver import ApiServer, ApiServerSettings
+from sim.emulator.server import ApiServer, ApiServerSettings
 from tests.sim_apiserver.conftest import pod
 from tests.sim_apiserver.webhook_server import (
     WebhookServer,

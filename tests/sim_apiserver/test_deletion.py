@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from sim.api_strategy import parse_time
-from sim.apiserver import ApiServerSettings
+from sim.emulator.server import ApiServerSettings
+from sim.emulator.strategy import parse_time
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"

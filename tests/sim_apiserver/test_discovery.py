@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client, dynamic
 
-from sim.api_resources import RESOURCE_TYPES
+from sim.emulator.resources import RESOURCE_TYPES
 from tests.sim_apiserver.conftest import Http
 
 

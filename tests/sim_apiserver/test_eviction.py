@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from sim.api_disruption import budget, scaled
+from sim.emulator.disruption import budget, scaled
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"

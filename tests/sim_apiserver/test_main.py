@@ -14,7 +14,7 @@ import requests
 import yaml
 from kubernetes import client, config
 
-from sim.apiserver import ApiServerThread
+from sim.emulator.server import ApiServerThread
 
 
 def test_kubeconfig_names_everything_sim(server: ApiServerThread, tmp_path: Path) -> None:

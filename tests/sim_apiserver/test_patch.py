@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.api_patch import merge_patch, strategic_merge_patch
-from sim.api_schema import Schemas
+from sim.emulator.patch import merge_patch, strategic_merge_patch
+from sim.emulator.schema import Schemas
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 POD = "io.k8s.api.core.v1.Pod"

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from sim.api_selectors import (
+from sim.emulator.selectors import (
     SelectorError,
     field_values,
     format_label_selector,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sim.api_validation import POD_UPDATE_FORBIDDEN
+from sim.emulator.validation import POD_UPDATE_FORBIDDEN
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"

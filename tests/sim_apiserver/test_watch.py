@@ -18,9 +18,9 @@ import requests
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from sim.api_selectors import parse_label_selector
-from sim.api_store import StoredEvent, Watcher
-from sim.apiserver import ApiServer, ApiServerSettings, ApiServerThread
+from sim.emulator.selectors import parse_label_selector
+from sim.emulator.server import ApiServer, ApiServerSettings, ApiServerThread
+from sim.emulator.store import StoredEvent, Watcher
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 

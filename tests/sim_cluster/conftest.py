@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture
 async def api() -> AsyncIterator[Any]:
-    from sim.apiserver import ApiServer, ApiServerSettings
+    from sim.emulator.server import ApiServer, ApiServerSettings
 
     async with ApiServer(ApiServerSettings(port=0)) as server:
         yield server

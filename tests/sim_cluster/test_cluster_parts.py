@@ -10,13 +10,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sim.clock import SimClock
-from sim.cluster import node_manifests, parse_cli
-from sim.herd import RunResult, as_json, format_table, plot
-from sim.kubelet import LaunchGate
-from sim.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
-from sim.placement import node_info
-from sim.scenario import NodePool, ScenarioError
+from sim.cluster.clock import SimClock
+from sim.cluster.herd import RunResult, as_json, format_table, plot
+from sim.cluster.kubelet import LaunchGate
+from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
+from sim.cluster.placement import node_info
+from sim.cluster.scenario import NodePool, ScenarioError
+from sim.cluster.simcluster import node_manifests, parse_cli
 
 
 def test_node_manifests_look_like_a_registered_node() -> None:
@@ -66,7 +66,9 @@ def test_cli_settings_override_the_scenario(tmp_path: Path) -> None:
     assert (c.nodes.count, c.nodes.cores, c.time_scale, level) == (3, 8.0, 5.0, "debug")
     assert (c.stagger.enabled, c.stagger.host_port, c.stagger.policies) == (True, 0, "nodePolicies: []\n")
     assert settings.scenario is None
-    herd, _ = parse_cli(["--scenario", str(Path(__file__).parents[2] / "sim" / "scenarios" / "herd.yaml")])
+    herd, _ = parse_cli(
+        ["--scenario", str(Path(__file__).parents[2] / "sim" / "cluster" / "scenarios" / "herd.yaml")]
+    )
     assert herd.scenario is not None and herd.cluster.nodes.count == 4
 
 

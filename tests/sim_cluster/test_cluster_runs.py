@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cluster import ClusterSettings, SimCluster, node_name
-from sim.controllers import ControllerSettings
-from sim.objects import condition_true, is_pod_ready, is_terminating, name_of, node_name_of
-from sim.scenario import NodePool, StaggerConfig, Workload, workload_manifest
-from sim.scheduler import SchedulerSettings
+from sim.cluster.controllers import ControllerSettings
+from sim.cluster.objects import condition_true, is_pod_ready, is_terminating, name_of, node_name_of
+from sim.cluster.scenario import NodePool, StaggerConfig, Workload, workload_manifest
+from sim.cluster.scheduler import SchedulerSettings
+from sim.cluster.simcluster import ClusterSettings, SimCluster, node_name
 from stagger.informer import InformerSettings
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, ApiError
 from tests.sim_cluster.helpers import eventually, list_items

@@ -10,7 +10,8 @@ import psutil
 import pytest
 import yaml
 
-from sim import cluster, herd
+from sim.cluster import herd
+from sim.cluster import simcluster as cluster
 
 TINY = {
     "name": "tiny",

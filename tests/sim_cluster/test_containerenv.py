@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.containerenv import (
+from sim.cluster.containerenv import (
     EnvError,
     command_line,
     configmap_refs,
@@ -15,7 +15,7 @@ from sim.containerenv import (
     resolve_env,
     runs_initclient,
 )
-from sim.scenario import initclient_container
+from sim.cluster.scenario import initclient_container
 
 POD: dict[str, Any] = {
     "metadata": {

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from sim.herd import run_once
-from sim.scenario import NodePool, Scenario, load_scenario
+from sim.cluster.herd import run_once
+from sim.cluster.scenario import NodePool, Scenario, load_scenario
 
 
 def scaled_herd() -> Scenario:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sim.podstatus import (
+from sim.cluster.podstatus import (
     ContainerView,
     final_phase,
     killed,
@@ -16,7 +16,7 @@ from sim.podstatus import (
     view_from_model,
     waiting,
 )
-from sim.startup import ContainerSpec, ContainerState, Termination
+from sim.cluster.startup import ContainerSpec, ContainerState, Termination
 
 BASE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 POD: dict[str, Any] = {

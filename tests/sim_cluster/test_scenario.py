@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sim.podparams import CPU_SECONDS, LIVENESS_SECONDS, RUN_SECONDS
-from sim.scenario import (
+from sim.cluster.podparams import CPU_SECONDS, LIVENESS_SECONDS, RUN_SECONDS
+from sim.cluster.scenario import (
     INITCLIENT_CONTAINER,
     ScenarioError,
     expected_pods,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.startup import (
+from sim.cluster.startup import (
     LIVENESS_EXIT_CODE,
     ContainerSpec,
     ModelSettings,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.workloads import (
+from sim.cluster.workloads.actions import (
     TEMPLATE_HASH_LABEL,
     Action,
     Create,

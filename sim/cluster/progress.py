@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.clock import SimClock
-from sim.objects import (
+from sim.cluster.clock import SimClock
+from sim.cluster.objects import (
     Obj,
     condition_true,
     is_pod_ready,
@@ -19,7 +19,7 @@ from sim.objects import (
     namespace_of,
     uid_of,
 )
-from sim.scenario import Scenario
+from sim.cluster.scenario import Scenario
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, RestClient, WatchEventType
 

@@ -1,5 +1,5 @@
 """Semantic validation the OpenAPI schema cannot express (pkg/apis/*/validation), as pure functions that
-return `FieldError`s worded like the real ones. The schema check itself lives in `api_schema`."""
+return `FieldError`s worded like the real ones. The schema check itself lives in `schema`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import copy
 import re
 from typing import Any
 
-from sim.api_errors import FieldError
-from sim.api_resources import ResourceType
-from sim.api_selectors import SelectorError, label_key_problem, label_value_problem, selector_from_object
-from sim.api_strategy import prune_nulls
+from sim.emulator.errors import FieldError
+from sim.emulator.resources import ResourceType
+from sim.emulator.selectors import SelectorError, label_key_problem, label_value_problem, selector_from_object
+from sim.emulator.strategy import prune_nulls
 
 Obj = dict[str, Any]
 

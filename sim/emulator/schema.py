@@ -19,7 +19,7 @@ import jsonschema
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
-from sim.api_errors import FieldError
+from sim.emulator.errors import FieldError
 
 SCHEMA_VERSION = "1.35"
 _DEFS_ID = "https://kubernetes.io/api/_definitions.json"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 
-from sim import api_errors
-from sim.api_disruption import budget, pdb_selects
-from sim.api_errors import ApiError, FieldError, Status
-from sim.api_registry import Registry
-from sim.api_resources import builtin, pods
-from sim.api_store import Obj
-from sim.api_strategy import pod_is_ready, prune_nulls, set_pod_condition
+from sim.emulator import errors
+from sim.emulator.disruption import budget, pdb_selects
+from sim.emulator.errors import ApiError, FieldError, Status
+from sim.emulator.registry import Registry
+from sim.emulator.resources import builtin, pods
+from sim.emulator.store import Obj
+from sim.emulator.strategy import pod_is_ready, prune_nulls, set_pod_condition
 
 
 def evict(
@@ -21,7 +21,7 @@ def evict(
     rtype = pods()
     body_name = (eviction.get("metadata") or {}).get("name")
     if body_name and body_name != name:
-        raise api_errors.bad_request("name in URL does not match name in Eviction object")
+        raise errors.bad_request("name in URL does not match name in Eviction object")
     options = dict(eviction.get("deleteOptions") or {})
     pod = registry.get(rtype, namespace, name)
     registry.check_preconditions(rtype, pod, options)
@@ -64,7 +64,7 @@ def evict(
         if prune_nulls(with_condition) != prune_nulls(pod):
             registry.store.put(rtype.storage_key, with_condition)
         registry.delete(rtype, namespace, name, options, now=now)
-    return api_errors.success(code=201)
+    return errors.success(code=201)
 
 
 def _check_budget(registry: Registry, pdb: Obj, pod: Obj, namespace: str) -> None:
@@ -77,7 +77,7 @@ def _check_budget(registry: Registry, pdb: Obj, pod: Obj, namespace: str) -> Non
         if found.current_healthy >= found.desired_healthy and found.desired_healthy > 0:
             return
     if found.disruptions_allowed == 0:
-        raise api_errors.too_many_requests(
+        raise errors.too_many_requests(
             "Cannot evict pod as it would violate the pod's disruption budget.",
             causes=[
                 {
@@ -96,30 +96,30 @@ def bind(
     rtype = pods()
     target = (binding.get("target") or {}).get("name")
     if not target:
-        raise api_errors.invalid("", "Binding", name, [FieldError("FieldValueRequired", "target.name")])
+        raise errors.invalid("", "Binding", name, [FieldError("FieldValueRequired", "target.name")])
     body_name = (binding.get("metadata") or {}).get("name")
     if body_name and body_name != name:
-        raise api_errors.bad_request("name in URL does not match name in Binding object")
+        raise errors.bad_request("name in URL does not match name in Binding object")
     pod = registry.get(rtype, namespace, name)
     metadata, spec = pod["metadata"], pod.get("spec") or {}
     uid = (binding.get("metadata") or {}).get("uid")
     if uid and uid != metadata.get("uid"):
-        raise api_errors.conflict(
+        raise errors.conflict(
             "",
             "pods/binding",
             name,
             f"the UID in the binding object ({uid}) doesn't match the pod ({metadata.get('uid')})",
         )
     if metadata.get("deletionTimestamp"):
-        raise api_errors.conflict(
+        raise errors.conflict(
             "", "pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host"
         )
     if spec.get("nodeName"):
-        raise api_errors.conflict(
+        raise errors.conflict(
             "", "pods/binding", name, f'pod {name} is already assigned to node "{spec["nodeName"]}"'
         )
     if spec.get("schedulingGates"):
-        raise api_errors.conflict("", "pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates")
+        raise errors.conflict("", "pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates")
     bound = copy.deepcopy(pod)
     bound["spec"]["nodeName"] = target
     annotations = (binding.get("metadata") or {}).get("annotations") or {}
@@ -128,4 +128,4 @@ def bind(
     set_pod_condition(bound, {"type": "PodScheduled", "status": "True"}, now=now)
     if not dry_run:
         registry.store.put(rtype.storage_key, bound)
-    return api_errors.success(code=201)
+    return errors.success(code=201)

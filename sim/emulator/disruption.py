@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.api_selectors import SelectorError, selector_from_object
-from sim.api_strategy import pod_is_ready
+from sim.emulator.selectors import SelectorError, selector_from_object
+from sim.emulator.strategy import pod_is_ready
 
 Obj = dict[str, Any]
 

@@ -45,13 +45,13 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from sim.api_admission import WebhookDispatcher
-from sim.api_handlers import STATE, ApiState, handle
-from sim.api_registry import Registry, RegistryConfig
-from sim.api_resources import namespaces
-from sim.api_schema import Schemas
-from sim.api_settings import ApiServerSettings
-from sim.api_store import Store
+from sim.emulator.admission import WebhookDispatcher
+from sim.emulator.handlers import STATE, ApiState, handle
+from sim.emulator.registry import Registry, RegistryConfig
+from sim.emulator.resources import namespaces
+from sim.emulator.schema import Schemas
+from sim.emulator.settings import ApiServerSettings
+from sim.emulator.store import Store
 
 __all__ = ["ApiServer", "ApiServerSettings", "ApiServerThread", "main", "make_app"]
 

@@ -1,5 +1,5 @@
 """The generic registry: what create, update and delete do to stored objects (the pod actions,
-eviction and binding, are in `api_podactions`).
+eviction and binding, are in `podactions`).
 
 Synchronous and free of I/O (admission, which awaits webhooks, happens in the HTTP layer between
 `decode` and the write). Public methods take and return objects in the *request's* version ("view");
@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim import api_errors
-from sim.api_errors import FieldError, Status
-from sim.api_resources import RESOURCE_TYPES, ResourceType, namespaces, pods
-from sim.api_schema import Schemas, format_path, remove_paths
-from sim.api_selectors import FieldSelector, LabelSelector, field_values
-from sim.api_store import Obj, Store
-from sim.api_strategy import (
+from sim.emulator import errors
+from sim.emulator.errors import FieldError, Status
+from sim.emulator.resources import RESOURCE_TYPES, ResourceType, namespaces, pods
+from sim.emulator.schema import Schemas, format_path, remove_paths
+from sim.emulator.selectors import FieldSelector, LabelSelector, field_values
+from sim.emulator.store import Obj, Store
+from sim.emulator.strategy import (
     admit_pod_in_tree,
     apply_defaults,
     event_from_core,
@@ -33,7 +33,7 @@ from sim.api_strategy import (
     prepare_for_update,
     prune_nulls,
 )
-from sim.api_validation import validate_create, validate_update
+from sim.emulator.validation import validate_create, validate_update
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Registry:
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
         obj = self.store.get(rtype.storage_key, namespace, name)
         if obj is None:
-            raise api_errors.not_found(rtype.group, rtype.name, name)
+            raise errors.not_found(rtype.group, rtype.name, name)
         return self.to_view(rtype, obj)
 
     def predicate(
@@ -154,30 +154,30 @@ class Registry:
         """Turn a request body into the object admission sees: checked type, namespace and name, unknown
         fields dropped (or refused when Strict), defaults applied."""
         if not isinstance(body, dict):
-            raise api_errors.bad_request(
+            raise errors.bad_request(
                 f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
                 f"{rtype.kind}: the body must be a JSON object"
             )
         obj = prune_nulls(copy.deepcopy(body))
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if api_version and api_version != rtype.api_version:
-            raise api_errors.bad_request(
+            raise errors.bad_request(
                 f"the API version in the data ({api_version}) does not match the expected API version "
                 f"({rtype.api_version})"
             )
         if kind and kind != rtype.kind:
-            raise api_errors.bad_request(
+            raise errors.bad_request(
                 f'{kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
                 f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})"
             )
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
-            raise api_errors.bad_request("metadata must be an object")
+            raise errors.bad_request("metadata must be an object")
         if rtype.namespaced:
             body_ns = metadata.get("namespace")
             if body_ns and namespace and body_ns != namespace:
-                raise api_errors.bad_request(
+                raise errors.bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             metadata["namespace"] = namespace or body_ns or ""
@@ -186,7 +186,7 @@ class Registry:
         if name is not None:
             body_name = metadata.get("name")
             if body_name and body_name != name:
-                raise api_errors.bad_request(
+                raise errors.bad_request(
                     f"the name of the object ({body_name}) does not match the name on the URL ({name})"
                 )
             metadata["name"] = name
@@ -197,7 +197,7 @@ class Registry:
             schema_errors = tuple(found)
             if unknown and field_validation == "Strict":
                 listed = ", ".join(f'unknown field "{format_path(p)}"' for p in unknown)
-                raise api_errors.bad_request(f"strict decoding error: {listed}")
+                raise errors.bad_request(f"strict decoding error: {listed}")
             if field_validation == "Warn":
                 warnings.extend(f'unknown field "{format_path(p)}"' for p in unknown)
             remove_paths(obj, unknown)
@@ -211,26 +211,26 @@ class Registry:
 
     def _require_namespace(self, namespace: str) -> None:
         if self.store.get(namespaces().storage_key, "", namespace) is None:
-            raise api_errors.not_found("", "namespaces", namespace)
+            raise errors.not_found("", "namespaces", namespace)
 
     def _validated(
         self,
         rtype: ResourceType,
         obj: Obj,
-        errors: list[FieldError],
+        problems: list[FieldError],
         schema_errors: tuple[FieldError, ...] | None,
     ) -> None:
         """Schema check (after admission a webhook may have added junk: dropped silently, as decoding
         into the typed object would) plus the semantic errors; 422 when anything is wrong."""
         if schema_errors is not None:
-            errors = list(schema_errors) + errors
+            problems = list(schema_errors) + problems
         elif self.schemas.has(rtype.schema):
             unknown, found = self.schemas.check(rtype.schema, obj)
             remove_paths(obj, unknown)
-            errors = found + errors
-        if errors:
+            problems = found + problems
+        if problems:
             name = (obj.get("metadata") or {}).get("name") or ""
-            raise api_errors.invalid(rtype.group, rtype.kind, name, errors)
+            raise errors.invalid(rtype.group, rtype.kind, name, problems)
 
     # ---------------------------------------------------------------------------------------- create
 
@@ -249,7 +249,7 @@ class Registry:
         if rtype.namespaced:
             self._require_namespace(namespace)
         if metadata.get("resourceVersion"):
-            raise api_errors.internal_error("resourceVersion should not be set on objects to be created")
+            raise errors.internal_error("resourceVersion should not be set on objects to be created")
         storage = rtype.storage_key
         if not metadata.get("name") and metadata.get("generateName"):
             for _ in range(_NAME_ATTEMPTS):
@@ -261,7 +261,7 @@ class Registry:
         self._validated(rtype, obj, validate_create(rtype, obj), schema_errors)
         name = metadata["name"]
         if self.store.get(storage, namespace, name) is not None:
-            raise api_errors.already_exists(rtype.group, rtype.name, name)
+            raise errors.already_exists(rtype.group, rtype.name, name)
         stored = self.from_view(rtype, obj)
         if dry_run:
             return obj
@@ -286,17 +286,17 @@ class Registry:
         namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
         current = self.store.get(rtype.storage_key, namespace, name)
         if current is None:
-            raise api_errors.not_found(rtype.group, rtype.name, name)
+            raise errors.not_found(rtype.group, rtype.name, name)
         current_rv = current["metadata"]["resourceVersion"]
         if current_rv != (base.get("metadata") or {}).get("resourceVersion"):
             raise StaleRead()
         current_view = self.to_view(rtype, current)
         wanted_rv = metadata.get("resourceVersion")
         if wanted_rv and wanted_rv != current_rv:
-            raise api_errors.conflict(rtype.group, rtype.name, name, api_errors.MODIFIED_CONFLICT)
+            raise errors.conflict(rtype.group, rtype.name, name, errors.MODIFIED_CONFLICT)
         if not wanted_rv and rtype.kind == "Lease":
             # Leases do not allow unconditional updates (leader election relies on it).
-            raise api_errors.invalid(
+            raise errors.invalid(
                 rtype.group,
                 rtype.kind,
                 name,
@@ -308,7 +308,7 @@ class Registry:
             )
         wanted_uid = metadata.get("uid")
         if wanted_uid and wanted_uid != current["metadata"].get("uid"):
-            raise api_errors.conflict(
+            raise errors.conflict(
                 rtype.group,
                 rtype.name,
                 name,
@@ -357,7 +357,7 @@ class Registry:
         storage = rtype.storage_key
         current = self.store.get(storage, namespace, name)
         if current is None:
-            raise api_errors.not_found(rtype.group, rtype.name, name)
+            raise errors.not_found(rtype.group, rtype.name, name)
         self.check_preconditions(rtype, current, options)
         if rtype.kind == "Namespace":
             return self._delete_namespace(current, dry_run=dry_run)
@@ -429,12 +429,12 @@ class Registry:
         self._forget_deadline(rtype, namespace, name)
         if rtype.kind in ("Pod", "Namespace"):
             return 200, self.to_view(rtype, final)
-        details: api_errors.StatusDetails = {"name": name}
+        details: errors.StatusDetails = {"name": name}
         if rtype.group:
             details["group"] = rtype.group
         details["kind"] = rtype.name
         details["uid"] = metadata.get("uid", "")
-        return 200, api_errors.success(code=200, details=details)
+        return 200, errors.success(code=200, details=details)
 
     def _forget_deadline(self, rtype: ResourceType, namespace: str, name: str) -> None:
         if rtype.kind == "Pod":
@@ -446,7 +446,7 @@ class Registry:
         metadata = current["metadata"]
         uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
         if uid and uid != metadata.get("uid"):
-            raise api_errors.conflict(
+            raise errors.conflict(
                 rtype.group,
                 rtype.kind,
                 metadata["name"],
@@ -454,7 +454,7 @@ class Registry:
                 "The object might have been deleted and then recreated",
             )
         if rv and rv != metadata.get("resourceVersion"):
-            raise api_errors.conflict(
+            raise errors.conflict(
                 rtype.group,
                 rtype.kind,
                 metadata["name"],
@@ -467,7 +467,7 @@ class Registry:
         namespace (the emulator does not keep it Terminating)."""
         name = ns["metadata"]["name"]
         if name in PROTECTED_NAMESPACES:
-            raise api_errors.forbidden("", "namespaces", name, "this namespace may not be deleted")
+            raise errors.forbidden("", "namespaces", name, "this namespace may not be deleted")
         if dry_run:
             return 200, ns
         for rtype in {r.storage_key: r for r in RESOURCE_TYPES if r.namespaced}.values():

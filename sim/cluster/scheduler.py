@@ -1,4 +1,4 @@
-"""The simulated kube-scheduler: watches pods and nodes, binds pending pods (decisions in ``sim.placement``)."""
+"""The simulated kube-scheduler: watches pods and nodes, binds pending pods (decisions in ``sim.cluster.placement``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from sim.clock import SimClock
-from sim.objects import rfc3339, set_condition
-from sim.placement import (
+from sim.cluster.clock import SimClock
+from sim.cluster.objects import rfc3339, set_condition
+from sim.cluster.placement import (
     DEFAULT_SCHEDULER,
     Bind,
     Decision,

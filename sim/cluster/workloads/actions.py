@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.objects import (
+from sim.cluster.objects import (
     Obj,
     condition,
     condition_true,
@@ -37,7 +37,7 @@ from sim.objects import (
     set_condition,
     uid_of,
 )
-from sim.placement import NodeInfo, matches_node_affinity, node_info, tolerates
+from sim.cluster.placement import NodeInfo, matches_node_affinity, node_info, tolerates
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, Resource
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"

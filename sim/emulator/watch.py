@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sim import api_errors
-from sim.api_errors import ApiError
-from sim.api_resources import ResourcePath
-from sim.api_store import Delivery, Obj, StoredEvent, Watcher
+from sim.emulator import errors
+from sim.emulator.errors import ApiError
+from sim.emulator.resources import ResourcePath
+from sim.emulator.store import Delivery, Obj, StoredEvent, Watcher
 
 if TYPE_CHECKING:
-    from sim.api_handlers import ApiState
+    from sim.emulator.handlers import ApiState
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ async def serve_watch(
     try:
         timeout = float(int(timeout_param)) if timeout_param else settings.watch_timeout
     except ValueError as err:
-        raise api_errors.bad_request(f'invalid value for timeoutSeconds: "{timeout_param}"') from err
+        raise errors.bad_request(f'invalid value for timeoutSeconds: "{timeout_param}"') from err
     bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
     send_initial = query.get("sendInitialEvents") in ("true", "1")
     rv_param = query.get("resourceVersion", "")
@@ -80,7 +80,7 @@ async def serve_watch(
         try:
             since = int(rv_param)
         except ValueError as err:
-            raise api_errors.bad_request(
+            raise errors.bad_request(
                 f'resourceVersion: Invalid value: "{rv_param}": must be a valid resource version'
             ) from err
         try:

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from sim.objects import Obj, rfc3339, set_condition
-from sim.startup import ContainerState, Termination
+from sim.cluster.objects import Obj, rfc3339, set_condition
+from sim.cluster.startup import ContainerState, Termination
 
 ContainerPhase = Literal["waiting", "running", "terminated"]
 

@@ -1,7 +1,7 @@
 """Scenario files for the simulated cluster: parsing (with errors that name the field) and manifests.
 
 A scenario (YAML) gives the nodes, the workloads, whether stagger runs (and lockd's policy file), the
-start-up model's parameters, the time scale and a deadline. ``sim/scenarios/herd.yaml`` is the default.
+start-up model's parameters, the time scale and a deadline. ``sim/cluster/scenarios/herd.yaml`` is the default.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 import yaml
 
-from sim import podparams
-from sim.objects import Obj, byte_count, cpu_millis
-from sim.startup import ModelSettings
+from sim.cluster import podparams
+from sim.cluster.objects import Obj, byte_count, cpu_millis
+from sim.cluster.startup import ModelSettings
 from stagger.names import Names
 
 DEFAULT_SCENARIO = "herd.yaml"
@@ -302,8 +302,8 @@ def parse_scenario(data: object) -> Scenario:
 def load_scenario(path: Path | None = None) -> Scenario:
     """Read a scenario file (the packaged ``herd.yaml`` without a path)."""
     if path is None:
-        text = importlib.resources.files("sim").joinpath("scenarios", DEFAULT_SCENARIO).read_text()
-        source = f"sim/scenarios/{DEFAULT_SCENARIO}"
+        text = importlib.resources.files("sim.cluster").joinpath("scenarios", DEFAULT_SCENARIO).read_text()
+        source = f"sim/cluster/scenarios/{DEFAULT_SCENARIO}"
     else:
         try:
             text = path.read_text()

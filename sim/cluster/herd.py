@@ -1,7 +1,7 @@
 """The herd demo: the same burst of pods without and with stagger, side by side.
 
 ``python -m sim herd [--scenario FILE] [--json] [--out DIR] [--time-scale X]`` runs the scenario
-(default ``sim/scenarios/herd.yaml``) twice, each on a fresh API emulator and simulated cluster: once
+(default ``sim/cluster/scenarios/herd.yaml``) twice, each on a fresh API emulator and simulated cluster: once
 without stagger and once with lockd on every node. It prints, per run, the simulated time until every
 pod was Ready, the container restarts, the largest number of containers starting at once on a node
 and the API requests made, and draws both runs' Ready pods over time into a PNG.
@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sim.cluster import ClusterSettings, SimCluster
-from sim.progress import ProgressWatch, Target
-from sim.scenario import Scenario, ScenarioError, expected_pods, load_scenario, with_stagger
+from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.scenario import Scenario, ScenarioError, expected_pods, load_scenario, with_stagger
+from sim.cluster.simcluster import ClusterSettings, SimCluster
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ async def run_once(
     scenario: Scenario, *, stagger: bool, cluster_overrides: dict[str, Any] | None = None
 ) -> RunResult:
     """One run on a fresh emulator and cluster, torn down before returning."""
-    from sim.apiserver import ApiServer, ApiServerSettings
+    from sim.emulator.server import ApiServer, ApiServerSettings
 
     scenario = with_stagger(scenario, stagger)
     settings = ClusterSettings.from_scenario(scenario, **(cluster_overrides or {}))
@@ -146,7 +146,9 @@ async def run_demo(scenario: Scenario) -> list[RunResult]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sim herd", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", type=Path, help="scenario YAML (default: sim/scenarios/herd.yaml)")
+    parser.add_argument(
+        "--scenario", type=Path, help="scenario YAML (default: sim/cluster/scenarios/herd.yaml)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"

@@ -10,22 +10,22 @@ from typing import Any, Literal
 from aiohttp import web
 from multidict import CIMultiDict
 
-from sim import api_table
-from sim.api_errors import ApiError
-from sim.api_resources import ResourceType
-from sim.api_store import Obj
+from sim.emulator import table
+from sim.emulator.errors import ApiError
+from sim.emulator.resources import ResourceType
+from sim.emulator.store import Obj
 
 
 @dataclass(frozen=True)
 class Rendering:
     mode: Literal["json", "table", "metadata"] = "json"
     table_version: str = "meta.k8s.io/v1"
-    include: api_table.IncludeObject = "Metadata"
+    include: table.IncludeObject = "Metadata"
 
 
 def negotiate(accept: str, include: str) -> Rendering:
     """Pick the representation from Accept, first acceptable entry first (kubectl lists Table first)."""
-    include_object: api_table.IncludeObject = "Metadata"
+    include_object: table.IncludeObject = "Metadata"
     if include == "None":
         include_object = "None"
     elif include == "Object":
@@ -71,7 +71,7 @@ def error_response(error: ApiError) -> web.Response:
 
 def render_object(rtype: ResourceType, obj: Obj, rendering: Rendering, *, now: float) -> Obj:
     if rendering.mode == "table":
-        return api_table.to_table(
+        return table.to_table(
             rtype,
             [obj],
             now=now,
@@ -80,13 +80,13 @@ def render_object(rtype: ResourceType, obj: Obj, rendering: Rendering, *, now: f
             api_version=rendering.table_version,
         )
     if rendering.mode == "metadata":
-        return {**api_table.partial_metadata(obj), "apiVersion": rendering.table_version}
+        return {**table.partial_metadata(obj), "apiVersion": rendering.table_version}
     return obj
 
 
 def render_list(rtype: ResourceType, listed: Obj, rendering: Rendering, *, now: float) -> Obj:
     if rendering.mode == "table":
-        return api_table.to_table(
+        return table.to_table(
             rtype,
             listed["items"],
             now=now,
@@ -100,8 +100,7 @@ def render_list(rtype: ResourceType, listed: Obj, rendering: Rendering, *, now: 
             "apiVersion": rendering.table_version,
             "metadata": listed["metadata"],
             "items": [
-                {**api_table.partial_metadata(o), "apiVersion": rendering.table_version}
-                for o in listed["items"]
+                {**table.partial_metadata(o), "apiVersion": rendering.table_version} for o in listed["items"]
             ],
         }
     return listed

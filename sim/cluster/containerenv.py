@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sim.objects import annotations_of, byte_count, cpu_millis, labels_of, meta
+from sim.cluster.objects import annotations_of, byte_count, cpu_millis, labels_of, meta
 
 INITCLIENT_MARKER = "initclient"
 

@@ -1,4 +1,4 @@
-"""Settings of the API server emulator (re-exported by `sim.apiserver`)."""
+"""Settings of the API server emulator (re-exported by `sim.emulator.server`)."""
 
 from __future__ import annotations
 

@@ -25,15 +25,22 @@ from typing import Any
 import aiohttp
 import yaml
 
-from sim.apiserver import kubeconfig
-from sim.clock import SimClock
-from sim.controllers import ControllerManager, ControllerSettings
-from sim.kubelet import Kubelet, KubeletSettings, LaunchGate
-from sim.lockdproc import LockdProcess, LockdSpec, common_free_port
-from sim.objects import Obj
-from sim.scenario import NodePool, Scenario, ScenarioError, StaggerConfig, load_scenario, workload_manifest
-from sim.scheduler import Scheduler, SchedulerSettings
-from sim.startup import ModelSettings
+from sim.cluster.clock import SimClock
+from sim.cluster.controllers import ControllerManager, ControllerSettings
+from sim.cluster.kubelet import Kubelet, KubeletSettings, LaunchGate
+from sim.cluster.lockdproc import LockdProcess, LockdSpec, common_free_port
+from sim.cluster.objects import Obj
+from sim.cluster.scenario import (
+    NodePool,
+    Scenario,
+    ScenarioError,
+    StaggerConfig,
+    load_scenario,
+    workload_manifest,
+)
+from sim.cluster.scheduler import Scheduler, SchedulerSettings
+from sim.cluster.startup import ModelSettings
+from sim.emulator.server import kubeconfig
 from stagger.informer import InformerSettings
 from stagger.kube import BY_KIND, NAMESPACES, NODES, ApiError, RestClient
 
@@ -57,7 +64,7 @@ class ClusterSettings:
     request_timeout_seconds: float = 30.0
     kubelet_max_tick_seconds: float = 0.5
     launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
-    """Init client processes starting up at once on this machine (see ``sim.kubelet.LaunchGate``)."""
+    """Init client processes starting up at once on this machine (see ``sim.cluster.kubelet.LaunchGate``)."""
     launch_hold_seconds: float = 0.25
     work_dir: Path | None = None
     """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""
@@ -444,7 +451,7 @@ async def _serve(settings: CliSettings) -> None:
     async with contextlib.AsyncExitStack() as stack:
         api_url = settings.api_url
         if api_url is None:
-            from sim.apiserver import ApiServer, ApiServerSettings
+            from sim.emulator.server import ApiServer, ApiServerSettings
 
             api = await stack.enter_async_context(ApiServer(ApiServerSettings(port=settings.api_port)))
             api_url = api.url

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.objects import (
+from sim.cluster.objects import (
     byte_count,
     condition_true,
     cpu_millis,

@@ -3,7 +3,7 @@
 Init containers run in order. One whose command line names the stagger init client runs the REAL
 init client (``python -m initclient``) as a subprocess, with the container's environment resolved the
 way a kubelet does (downward API, ``$(VAR)`` expansion); its exit code is the container's. Every other
-container follows the start-up model (``sim.startup``), which shares the node's cores among the
+container follows the start-up model (``sim.cluster.startup``), which shares the node's cores among the
 containers starting at the same time. The kubelet wakes up on pod events, on the model's next event
 and on subprocess exits, so simulated timings do not depend on a polling period.
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import aiohttp
 
-from sim import podparams
-from sim.clock import SimClock
-from sim.containerenv import (
+from sim.cluster import podparams
+from sim.cluster.clock import SimClock
+from sim.cluster.containerenv import (
     EnvError,
     command_line,
     configmap_refs,
@@ -41,7 +41,7 @@ from sim.containerenv import (
     resolve_env,
     runs_initclient,
 )
-from sim.objects import (
+from sim.cluster.objects import (
     Obj,
     is_pod_finished,
     is_terminating,
@@ -49,7 +49,7 @@ from sim.objects import (
     namespace_of,
     uid_of,
 )
-from sim.podstatus import (
+from sim.cluster.podstatus import (
     ContainerView,
     final_phase,
     killed,
@@ -59,7 +59,7 @@ from sim.podstatus import (
     view_from_model,
     waiting,
 )
-from sim.startup import (
+from sim.cluster.startup import (
     ModelSettings,
     NodeModel,
     Termination,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim import api_errors
+from sim.emulator import errors
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Obj = dict[str, Any]
@@ -219,7 +219,7 @@ class Store:
             return []
         oldest = history.events[0].rv
         if history.truncated and rv < oldest - 1:
-            raise api_errors.expired(f"too old resource version: {rv} ({oldest - 1})")
+            raise errors.expired(f"too old resource version: {rv} ({oldest - 1})")
         found: list[StoredEvent] = []
         for event in reversed(history.events):
             if event.rv <= rv:
@@ -258,4 +258,4 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         namespace, _, name = str(data["start"]).rstrip("\u0000").partition("/")
         return int(data["rv"]), (namespace, name)
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError) as err:
-        raise api_errors.bad_request(f"continue key is not valid: {err}") from err
+        raise errors.bad_request(f"continue key is not valid: {err}") from err

@@ -30,10 +30,10 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import jsonpatch
 
-from sim import api_errors
-from sim.api_errors import ApiError
-from sim.api_resources import ResourceType
-from sim.api_selectors import SelectorError, selector_from_object
+from sim.emulator import errors
+from sim.emulator.errors import ApiError
+from sim.emulator.resources import ResourceType
+from sim.emulator.selectors import SelectorError, selector_from_object
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def hook_matches(hook: Obj, attrs: Attributes, *, namespace_labels: Mapping[str,
         namespace_selector = selector_from_object(hook.get("namespaceSelector"), nil_selects=True)
         object_selector = selector_from_object(hook.get("objectSelector"), nil_selects=True)
     except SelectorError as err:
-        raise api_errors.internal_error(f"invalid label selector: {err}") from err
+        raise errors.internal_error(f"invalid label selector: {err}") from err
     if not namespace_selector.empty:
         if attrs.rtype.name == "namespaces":
             labels = ((attrs.obj or attrs.old or {}).get("metadata") or {}).get("labels") or {}
@@ -236,7 +236,7 @@ def denial(webhook_name: str, attrs: Attributes, result: Obj | None) -> ApiError
         message += f": {result['reason']}"
     else:
         message += " without explanation"
-    details: api_errors.StatusDetails
+    details: errors.StatusDetails
     if isinstance(result.get("details"), dict):
         details = result["details"]
     elif code == 500:
@@ -249,8 +249,8 @@ def denial(webhook_name: str, attrs: Attributes, result: Obj | None) -> ApiError
     if code == 500:
         prefix = "Internal error occurred"
     else:
-        prefix = f'{api_errors.qualified(attrs.rtype.group, attrs.rtype.name)} "{attrs.name or "Unknown"}" is forbidden'
-    status: api_errors.Status = {
+        prefix = f'{errors.qualified(attrs.rtype.group, attrs.rtype.name)} "{attrs.name or "Unknown"}" is forbidden'
+    status: errors.Status = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -387,7 +387,7 @@ class WebhookDispatcher:
     async def _invoke(self, hook: Webhook, attrs: Attributes, warnings: list[str]) -> Obj | None:
         """Call one webhook; the patched object, None when it did not patch. Failure policy applied."""
         if attrs.dry_run and hook.spec.get("sideEffects") not in ("None", "NoneOnDryRun"):
-            raise api_errors.bad_request(f'admission webhook "{hook.name}" does not support dry run')
+            raise errors.bad_request(f'admission webhook "{hook.name}" does not support dry run')
         uid = str(uuid.uuid4())
         started = time.monotonic()
         review = review_request(attrs, uid=uid, obj=attrs.obj)
@@ -402,17 +402,17 @@ class WebhookDispatcher:
             if not verdict.patch:
                 return None
             if attrs.obj is None:
-                raise api_errors.internal_error(
+                raise errors.internal_error(
                     f'admission webhook "{hook.name}" attempted to modify the object, which is not supported for '
                     "this operation"
                 )
             try:
                 patched = jsonpatch.apply_patch(attrs.obj, verdict.patch)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
-                raise api_errors.internal_error(str(err)) from err
+                raise errors.internal_error(str(err)) from err
             outcome = "patched"
             if not isinstance(patched, dict):
-                raise api_errors.internal_error(
+                raise errors.internal_error(
                     f'admission webhook "{hook.name}" patched the object into a non-object'
                 )
             return patched
@@ -422,7 +422,7 @@ class WebhookDispatcher:
             if ignore:
                 logger.warning("Failed calling webhook, failing open %s: %s", hook.name, message)
                 return None
-            raise api_errors.internal_error(message) from err
+            raise errors.internal_error(message) from err
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise

@@ -15,12 +15,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim import api_errors, api_openapi, api_patch, api_podactions
-from sim.api_admission import Attributes, GroupVersionKind, Operation, UserInfo, WebhookDispatcher
-from sim.api_errors import ApiError
-from sim.api_registry import FieldValidation, Registry, StaleRead
-from sim.api_render import error_response, json_response, negotiate, render_list, render_object
-from sim.api_resources import (
+from sim.emulator import errors, openapi, patch, podactions
+from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo, WebhookDispatcher
+from sim.emulator.errors import ApiError
+from sim.emulator.registry import FieldValidation, Registry, StaleRead
+from sim.emulator.render import error_response, json_response, negotiate, render_list, render_object
+from sim.emulator.resources import (
     DiscoveryPath,
     ResourcePath,
     ResourceType,
@@ -32,17 +32,17 @@ from sim.api_resources import (
     parse_path,
     version_info,
 )
-from sim.api_schema import Schemas
-from sim.api_selectors import (
+from sim.emulator.schema import Schemas
+from sim.emulator.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,
     parse_field_selector,
     parse_label_selector,
 )
-from sim.api_settings import ApiServerSettings
-from sim.api_store import Obj, Store
-from sim.api_watch import serve_watch
+from sim.emulator.settings import ApiServerSettings
+from sim.emulator.store import Obj, Store
+from sim.emulator.watch import serve_watch
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def int_param(query: Any, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError as err:
-        raise api_errors.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from err
+        raise errors.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from err
 
 
 def selectors(rtype: ResourceType, query: Any) -> tuple[LabelSelector, FieldSelector]:
@@ -106,7 +106,7 @@ def selectors(rtype: ResourceType, query: Any) -> tuple[LabelSelector, FieldSele
         labels = parse_label_selector(query.get("labelSelector", ""))
         fields = parse_field_selector(query.get("fieldSelector", ""), supported=rtype.field_labels)
     except SelectorError as err:
-        raise api_errors.bad_request(str(err)) from err
+        raise errors.bad_request(str(err)) from err
     return labels, fields
 
 
@@ -119,13 +119,13 @@ async def read_body(request: web.Request) -> Any:
         try:
             return yaml.safe_load(raw)
         except yaml.YAMLError as err:
-            raise api_errors.bad_request(f"error converting YAML to JSON: {err}") from err
+            raise errors.bad_request(f"error converting YAML to JSON: {err}") from err
     if content_type not in ("application/json", "application/octet-stream", "text/plain"):
-        raise api_errors.unsupported_media_type(content_type, ["application/json", "application/yaml"])
+        raise errors.unsupported_media_type(content_type, ["application/json", "application/yaml"])
     try:
         return json.loads(raw)
     except ValueError as err:
-        raise api_errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from err
+        raise errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from err
 
 
 # --------------------------------------------------------------------------------------------- handlers
@@ -141,13 +141,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
             return discovery(request, target)
         if target is None:
             state.request_counts[(request.method.lower(), "unknown")] += 1
-            raise api_errors.path_not_found()
+            raise errors.path_not_found()
         verb = verb_of(request.method, target, request.query)
         resource = target.rtype.name + (f"/{target.subresource}" if target.subresource else "")
         state.request_counts[(verb, resource)] += 1
         handler = _HANDLERS.get(verb)
         if handler is None or (verb not in target.rtype.verbs and not target.subresource):
-            raise api_errors.method_not_allowed()
+            raise errors.method_not_allowed()
         return await handler(request, state, target)
     except ApiError as err:
         return error_response(err)
@@ -155,15 +155,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
     if request.method != "GET":
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     if target.kind == "health":
         return web.Response(text="ok")
     if target.kind == "version":
         return json_response(version_info())
     if target.kind == "openapi":
-        document = api_openapi.document_for_path(request.path)
+        document = openapi.document_for_path(request.path)
         if document is None:
-            raise api_errors.path_not_found()
+            raise errors.path_not_found()
         return json_response(document)
     if target.kind == "api":
         return json_response(api_versions(f"{request.url.host}:{request.url.port}"))
@@ -173,7 +173,7 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
         api_group(target.group) if target.kind == "group" else api_resource_list(target.group, target.version)
     )
     if found is None:
-        raise api_errors.path_not_found()
+        raise errors.path_not_found()
     return json_response(found)
 
 
@@ -183,7 +183,7 @@ def _namespace_of(target: ResourcePath) -> str:
 
 async def get_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource not in ("", "status"):
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     assert target.name is not None
     obj = state.registry.get(target.rtype, _namespace_of(target), target.name)
     rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
@@ -192,7 +192,7 @@ async def get_handler(request: web.Request, state: ApiState, target: ResourcePat
 
 async def list_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     labels, fields = selectors(target.rtype, request.query)
     listed = state.registry.list_objects(
         target.rtype,
@@ -208,7 +208,7 @@ async def list_handler(request: web.Request, state: ApiState, target: ResourcePa
 
 async def watch_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     labels, fields = selectors(target.rtype, request.query)
     rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
     return await serve_watch(
@@ -227,14 +227,14 @@ def _dry_run(request: web.Request) -> bool:
     values = request.query.getall("dryRun", [])
     unknown = [v for v in values if v != "All"]
     if unknown:
-        raise api_errors.bad_request(f'dryRun: Unsupported value: "{unknown[0]}": supported values: "All"')
+        raise errors.bad_request(f'dryRun: Unsupported value: "{unknown[0]}": supported values: "All"')
     return bool(values)
 
 
 def _field_validation(request: web.Request) -> FieldValidation:
     value = request.query.get("fieldValidation", "") or "Warn"
     if value not in ("Strict", "Warn", "Ignore"):
-        raise api_errors.bad_request(
+        raise errors.bad_request(
             f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", "Strict", "Warn"'
         )
     return value  # type: ignore[return-value]
@@ -299,10 +299,10 @@ async def create_handler(request: web.Request, state: ApiState, target: Resource
     if target.subresource == "binding":
         return await _bind(request, state, target)
     if target.name is not None or target.subresource:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     rtype = target.rtype
     if rtype.namespaced and target.namespace is None:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     dry_run = _dry_run(request)
     decoded = state.registry.decode(
         rtype,
@@ -386,17 +386,17 @@ async def _update(
         except StaleRead:
             continue
         return json_response(updated, warnings=warnings + decoded.warnings + admit_warnings)
-    raise api_errors.conflict(rtype.group, rtype.name, name, api_errors.MODIFIED_CONFLICT)
+    raise errors.conflict(rtype.group, rtype.name, name, errors.MODIFIED_CONFLICT)
 
 
 async def update_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource not in ("", "status"):
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     body = await read_body(request)
     body_name = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("name")
     if body_name and body_name != target.name:
         # Checked before the object is read, as the real update handler does.
-        raise api_errors.bad_request(
+        raise errors.bad_request(
             f"the name of the object ({body_name}) does not match the name on the URL ({target.name})"
         )
     return await _update(request, state, target, lambda current: body)
@@ -404,19 +404,19 @@ async def update_handler(request: web.Request, state: ApiState, target: Resource
 
 async def patch_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource not in ("", "status"):
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     content_type = request.headers.get("Content-Type", "")
-    if content_type.split(";")[0].strip() not in api_patch.SUPPORTED:
-        raise api_errors.unsupported_media_type(content_type, list(api_patch.SUPPORTED))
+    if content_type.split(";")[0].strip() not in patch.SUPPORTED:
+        raise errors.unsupported_media_type(content_type, list(patch.SUPPORTED))
     raw = await request.read()
     rtype = target.rtype
 
     def compute(current: Obj) -> Obj:
-        patched = api_patch.apply_patch(
+        patched = patch.apply_patch(
             content_type, current, raw, schemas=state.schemas, definition=rtype.schema
         )
         if not isinstance(patched, dict):
-            raise api_errors.bad_request("the patch produced something that is not an object")
+            raise errors.bad_request("the patch produced something that is not an object")
         return patched
 
     return await _update(request, state, target, compute)
@@ -432,7 +432,7 @@ def _delete_options(request: web.Request, body: Any) -> Obj:
             options[name] = request.query[name]
     policy = options.get("propagationPolicy")
     if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
-        raise api_errors.bad_request(
+        raise errors.bad_request(
             f'propagationPolicy: Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"'
         )
     return options
@@ -440,7 +440,7 @@ def _delete_options(request: web.Request, body: Any) -> Obj:
 
 async def delete_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     assert target.name is not None
     options = _delete_options(request, await read_body(request))
     return await _delete_one(request, state, target.rtype, _namespace_of(target), target.name, options)
@@ -471,7 +471,7 @@ async def deletecollection_handler(
     request: web.Request, state: ApiState, target: ResourcePath
 ) -> web.StreamResponse:
     if target.subresource:
-        raise api_errors.method_not_allowed()
+        raise errors.method_not_allowed()
     rtype = target.rtype
     labels, fields = selectors(rtype, request.query)
     options = _delete_options(request, await read_body(request))
@@ -499,7 +499,7 @@ async def _pod_action(
     *,
     subresource: str,
     kind: GroupVersionKind,
-    action: Callable[..., api_errors.Status],
+    action: Callable[..., errors.Status],
     check_exists: bool,
 ) -> web.StreamResponse:
     """POST pods/NAME/eviction and pods/NAME/binding: admission on the subresource, then the action."""
@@ -508,7 +508,7 @@ async def _pod_action(
     body = await read_body(request)
     if not isinstance(body, dict):
         api_version = f"{kind['group']}/{kind['version']}" if kind["group"] else kind["version"]
-        raise api_errors.bad_request(f"the body must be a {api_version} {kind['kind']}")
+        raise errors.bad_request(f"the body must be a {api_version} {kind['kind']}")
     if check_exists:
         state.registry.get(target.rtype, namespace, target.name)  # 404 before admission, as the real handler
     dry_run = _dry_run(request)
@@ -539,7 +539,7 @@ async def _evict(request: web.Request, state: ApiState, target: ResourcePath) ->
         target,
         subresource="eviction",
         kind={"group": "policy", "version": "v1", "kind": "Eviction"},
-        action=api_podactions.evict,
+        action=podactions.evict,
         check_exists=True,
     )
 
@@ -551,7 +551,7 @@ async def _bind(request: web.Request, state: ApiState, target: ResourcePath) -> 
         target,
         subresource="binding",
         kind={"group": "", "version": "v1", "kind": "Binding"},
-        action=api_podactions.bind,
+        action=podactions.bind,
         check_exists=False,
     )
 

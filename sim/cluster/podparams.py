@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sim.objects import annotations_of
-from sim.startup import ContainerSpec, RestartPolicy
+from sim.cluster.objects import annotations_of
+from sim.cluster.startup import ContainerSpec, RestartPolicy
 
 PREFIX = "sim.stagger.dev"
 CPU_SECONDS = f"{PREFIX}/cpu-seconds"

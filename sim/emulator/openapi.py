@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from sim.api_resources import KUBERNETES_VERSION, ResourceType, group_versions, types_in
+from sim.emulator.resources import KUBERNETES_VERSION, ResourceType, group_versions, types_in
 
 _PARAMETERS = ("dryRun", "fieldManager", "fieldValidation", "force")
 

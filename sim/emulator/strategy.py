@@ -11,7 +11,7 @@ import secrets
 import time
 from typing import Any
 
-from sim.api_resources import ResourceType
+from sim.emulator.resources import ResourceType
 
 Obj = dict[str, Any]
 

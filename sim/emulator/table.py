@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from sim.api_resources import ResourceType
-from sim.api_strategy import parse_time
+from sim.emulator.resources import ResourceType
+from sim.emulator.strategy import parse_time
 
 Obj = dict[str, Any]
 Cell = str | int

@@ -1,7 +1,7 @@
 """The simulated kube-controller-manager: Deployment, ReplicaSet, Job, DaemonSet and garbage collector.
 
 One list+watch per kind; every controller re-reconciles all its objects when anything changes
-(level-triggered, events coalesced) with the pure decisions of ``sim.workloads``, then writes.
+(level-triggered, events coalesced) with the pure decisions of ``sim.cluster.workloads.actions``, then writes.
 The answers to its own writes go into the caches at once, so a pass never acts on a view older
 than what it just did.
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from sim.clock import SimClock
-from sim.objects import Obj, controller_ref, meta, namespace_of, owned_by, uid_of
-from sim.workloads import (
+from sim.cluster.clock import SimClock
+from sim.cluster.objects import Obj, controller_ref, meta, namespace_of, owned_by, uid_of
+from sim.cluster.workloads.actions import (
     Action,
     Create,
     Delete,

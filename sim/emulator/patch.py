@@ -18,8 +18,8 @@ from typing import Any
 
 import jsonpatch
 
-from sim import api_errors
-from sim.api_schema import Node, Schemas
+from sim.emulator import errors
+from sim.emulator.schema import Node, Schemas
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -38,7 +38,7 @@ def _load(body: bytes) -> Any:
     try:
         return json.loads(body or b"null")
     except ValueError as err:
-        raise api_errors.bad_request(f"error decoding patch: {err}") from err
+        raise errors.bad_request(f"error decoding patch: {err}") from err
 
 
 def apply_patch(
@@ -49,9 +49,7 @@ def apply_patch(
     if content_type == JSON_PATCH:
         operations = _load(body)
         if not isinstance(operations, list):
-            raise api_errors.bad_request(
-                "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-            )
+            raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
         try:
             return jsonpatch.apply_patch(original, operations)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as err:
@@ -61,18 +59,16 @@ def apply_patch(
     if content_type == STRATEGIC_MERGE_PATCH:
         patch = _load(body)
         if not isinstance(patch, dict):
-            raise api_errors.bad_request(
-                "invalid JSON document: a strategic merge patch must be a JSON object"
-            )
+            raise errors.bad_request("invalid JSON document: a strategic merge patch must be a JSON object")
         try:
             return strategic_merge_patch(original, patch, schemas=schemas, node=schemas.root(definition))
         except PatchError as err:
             raise unprocessable(str(err)) from err
-    raise api_errors.unsupported_media_type(content_type, list(SUPPORTED))
+    raise errors.unsupported_media_type(content_type, list(SUPPORTED))
 
 
-def unprocessable(message: str) -> api_errors.ApiError:
-    return api_errors.ApiError(api_errors.failure(code=422, reason="Invalid", message=message, details={}))
+def unprocessable(message: str) -> errors.ApiError:
+    return errors.ApiError(errors.failure(code=422, reason="Invalid", message=message, details={}))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

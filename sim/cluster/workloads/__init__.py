@@ -1,0 +1,1 @@
+"""What the workload controllers decide, as pure functions of the objects they watch."""
