@@ -1,27 +1,20 @@
-"""The herd demo: the same burst of pods without and with stagger, side by side.
-
-``python -m sim herd [--scenario FILE] [--json] [--out DIR] [--time-scale X]`` runs the scenario
-(default ``sim/cluster/scenarios/herd.yaml``) twice, each on a fresh API emulator and simulated cluster: once
-without stagger and once with lockd on every node. It prints, per run, the simulated time until every
-pod was Ready, the container restarts, the largest number of containers starting at once on a node
-and the API requests made, and draws both runs' Ready pods over time into a PNG.
+"""The herd demo's measurements: one run of a scenario on a simulated cluster (the simulated time until
+every pod was Ready, the container restarts, the largest number of containers starting at once on a
+node, the API requests made, the Ready pods over time), and the runs side by side as a table, as JSON
+and as a PNG timeline. The command that runs the scenario without and with stagger is ``sim.cli.herd``.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import logging
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from sim.cluster.progress import ProgressWatch, Target
-from sim.cluster.scenario import Scenario, ScenarioError, expected_pods, load_scenario, with_stagger
-from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.cluster.scenario import Scenario, expected_pods
+from sim.cluster.simcluster import SimCluster
 
 logger = logging.getLogger(__name__)
 
@@ -44,26 +37,13 @@ class RunResult:
         return "stagger" if self.stagger else "no stagger"
 
 
-async def run_once(
-    scenario: Scenario, *, stagger: bool, cluster_overrides: dict[str, Any] | None = None
-) -> RunResult:
-    """One run on a fresh emulator and cluster, torn down before returning."""
-    from sim.emulator.server import ApiServer, ApiServerSettings
-
-    scenario = with_stagger(scenario, stagger)
-    settings = ClusterSettings.from_scenario(scenario, **(cluster_overrides or {}))
-    async with (
-        ApiServer(ApiServerSettings(port=0)) as api,
-        SimCluster(api_url=api.url, settings=settings) as cluster,
-    ):
-        return await _measure(
-            scenario, cluster=cluster, stagger=stagger, request_count=lambda: api.request_count
-        )
-
-
-async def _measure(
+async def measure(
     scenario: Scenario, *, cluster: SimCluster, stagger: bool, request_count: Callable[[], int]
 ) -> RunResult:
+    """Apply the scenario's workloads on a running cluster and watch them until done (or the deadline).
+
+    ``request_count`` reads the API server's request counter (the requests made during the run are
+    reported), ``stagger`` only labels the result."""
     async with ProgressWatch(client=cluster.client, clock=cluster.clock, target=Target.of(scenario)) as watch:
         await watch.pods.synced.wait()
         requests_before = request_count()
@@ -134,51 +114,3 @@ def plot(results: Sequence[RunResult], *, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-async def run_demo(scenario: Scenario) -> list[RunResult]:
-    results = []
-    for stagger in (False, True):
-        logger.info("running %s %s stagger", scenario.name, "with" if stagger else "without")
-        results.append(await run_once(scenario, stagger=stagger))
-    return results
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sim herd", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--scenario", type=Path, help="scenario YAML (default: sim/cluster/scenarios/herd.yaml)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument(
-        "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"
-    )
-    parser.add_argument(
-        "--time-scale", type=float, help="simulated seconds per wall second (default: the scenario's)"
-    )
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        scenario = load_scenario(args.scenario)
-        if args.time_scale is not None:
-            if args.time_scale <= 0:
-                raise ScenarioError(f"--time-scale: must be > 0 (got {args.time_scale})")
-            scenario = replace(scenario, time_scale=args.time_scale)
-    except ScenarioError as exc:
-        print(f"sim herd: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    results = asyncio.run(run_demo(scenario))
-    png = plot(results, path=args.out / PNG_NAME, title=f"{scenario.name}: pods Ready over time")
-    if args.json:
-        print(as_json(results, png=png))
-    else:
-        print(format_table(results))
-        print(f"timeline: {png}")
-    return 0 if all(r.all_ready_seconds is not None for r in results) else 1

@@ -13,8 +13,7 @@ From synchronous code (e.g. the official `kubernetes` client)::
     with ApiServerThread() as server:
         ... server.url
 
-Command line: `python -m sim apiserver --listen 127.0.0.1:PORT --kubeconfig FILE` (runs until
-SIGINT/SIGTERM; prints the URL once listening, so PORT may be 0).
+Command line: `python -m sim apiserver` (`sim.cli.apiserver`).
 
 Where it knowingly differs from a real cluster: no authentication or RBAC (the bearer token names the
 user); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
@@ -27,13 +26,10 @@ removed `graceful_deletion_slack` seconds after their deletionTimestamp.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import contextlib
 import logging
-import signal
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -42,7 +38,6 @@ from types import MappingProxyType, TracebackType
 from typing import Any
 
 import aiohttp
-import yaml
 from aiohttp import web
 
 from sim.emulator.admission import WebhookDispatcher
@@ -52,8 +47,9 @@ from sim.emulator.resources import namespaces
 from sim.emulator.schema import Schemas
 from sim.emulator.settings import ApiServerSettings
 from sim.emulator.store import Store
+from sim.kubeconfig import write_kubeconfig
 
-__all__ = ["ApiServer", "ApiServerSettings", "ApiServerThread", "main", "make_app"]
+__all__ = ["ApiServer", "ApiServerSettings", "ApiServerThread", "make_app"]
 
 logger = logging.getLogger(__name__)
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -142,18 +138,6 @@ def make_app(settings: ApiServerSettings) -> web.Application:
     return app
 
 
-def kubeconfig(url: str, *, token: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "sim", "cluster": {"server": url}}],
-        "users": [{"name": "sim", "user": {"token": token}}],
-        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim", "namespace": "default"}}],
-        "current-context": "sim",
-        "preferences": {},
-    }
-
-
 class ApiServer:
     # Settings are frozen, so one shared default instance is safe.
     def __init__(self, settings: ApiServerSettings = ApiServerSettings()) -> None:  # noqa: B008
@@ -207,9 +191,7 @@ class ApiServer:
         return self._port
 
     def write_kubeconfig(self, path: str | Path) -> None:
-        Path(path).write_text(
-            yaml.safe_dump(kubeconfig(self.url, token=self.settings.token), sort_keys=False)
-        )
+        write_kubeconfig(path, self.url, token=self.settings.token)
 
     @property
     def request_count(self) -> int:
@@ -305,82 +287,3 @@ class ApiServerThread:
             return function()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
-
-
-# ------------------------------------------------------------------------------------------------ main
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host or "127.0.0.1", int(port)
-
-
-def _service(value: str) -> tuple[str, str]:
-    key, sep, address = value.partition("=")
-    if not sep or "/" not in key or ":" not in key or ":" not in address:
-        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME:PORT=HOST:PORT, got {value!r}")
-    return key, address
-
-
-def parse_args(argv: list[str]) -> tuple[ApiServerSettings, str | None, str]:
-    parser = argparse.ArgumentParser(prog="python -m sim apiserver", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--listen", type=_listen, default=("127.0.0.1", 0), help="HOST:PORT (port 0: any free port)"
-    )
-    parser.add_argument("--kubeconfig", help="write a kubeconfig for the server here")
-    parser.add_argument("--watch-history", type=int, default=ApiServerSettings.watch_history)
-    parser.add_argument("--request-log", action="store_true", help="log every request at INFO")
-    parser.add_argument(
-        "--graceful-deletion-slack",
-        type=float,
-        default=ApiServerSettings.graceful_deletion_slack,
-        help="seconds after a pod's deletionTimestamp at which the server finishes its deletion itself",
-    )
-    parser.add_argument(
-        "--service",
-        type=_service,
-        action="append",
-        default=[],
-        metavar="NS/NAME:PORT=HOST:PORT",
-        help="where a webhook clientConfig.service is reached (repeatable)",
-    )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(argv)
-    if args.watch_history < 1:
-        parser.error("--watch-history must be at least 1")
-    settings = ApiServerSettings(
-        host=args.listen[0],
-        port=args.listen[1],
-        watch_history=args.watch_history,
-        request_log=args.request_log,
-        graceful_deletion_slack=args.graceful_deletion_slack,
-        service_resolver=MappingProxyType(dict(args.service)),
-    )
-    return settings, args.kubeconfig, args.log_level
-
-
-async def _serve(settings: ApiServerSettings, kubeconfig_path: str | None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    async with ApiServer(settings) as server:
-        if kubeconfig_path:
-            server.write_kubeconfig(kubeconfig_path)
-        print(f"apiserver listening on {server.url}", flush=True)
-        await stop.wait()
-
-
-def main(argv: list[str]) -> int:
-    settings, kubeconfig_path, level = parse_args(argv)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    try:
-        asyncio.run(_serve(settings, kubeconfig_path))
-    except OSError as err:
-        print(f"apiserver: cannot listen on {settings.host}:{settings.port}: {err}", file=sys.stderr)
-        return 1
-    return 0

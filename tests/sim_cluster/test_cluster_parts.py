@@ -10,13 +10,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from sim.cli.cluster import parse_cli
 from sim.cluster.clock import SimClock
 from sim.cluster.herd import RunResult, as_json, format_table, plot
 from sim.cluster.kubelet import LaunchGate
 from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
 from sim.cluster.placement import node_info
 from sim.cluster.scenario import NodePool, ScenarioError
-from sim.cluster.simcluster import node_manifests, parse_cli
+from sim.cluster.simcluster import node_manifests
 
 
 def test_node_manifests_look_like_a_registered_node() -> None:

@@ -10,8 +10,7 @@ import psutil
 import pytest
 import yaml
 
-from sim.cluster import herd
-from sim.cluster import simcluster as cluster
+from sim.cli import cluster, herd
 
 TINY = {
     "name": "tiny",

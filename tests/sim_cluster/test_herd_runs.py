@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from sim.cluster.herd import run_once
+from sim.cli.herd import run_once
 from sim.cluster.scenario import NodePool, Scenario, load_scenario
 
 

@@ -1,0 +1,69 @@
+"""`python -m sim COMMAND`: the command line, on top of the emulator and the simulated cluster.
+
+Each command lives in its own module (`sim.cli.apiserver`, `sim.cli.cluster`, `sim.cli.herd`), which is
+the only place that starts an emulator and a cluster together. They are imported only when chosen, so
+`python -m sim apiserver` does not pay for the cluster's or the plot's imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+COMMANDS: dict[str, str] = {
+    "apiserver": "the Kubernetes API server emulator alone, until interrupted",
+    "cluster": "a simulated cluster (nodes, kubelets, scheduler, controllers, lockd per node) on an emulator",
+    "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
+}
+
+EPILOG = """\
+examples:
+  python -m sim apiserver --listen 127.0.0.1:6443 --kubeconfig /tmp/sim.kubeconfig
+  python -m sim cluster --nodes 3 --cores 4 --stagger
+  python -m sim herd --out out
+  python -m sim herd --help          (each command has its own --help)
+"""
+
+
+DESCRIPTION = """\
+A Kubernetes API server emulator, and a simulated cluster that runs the real stagger processes (lockd
+per node, the init client in every opted-in pod) on it: a test bed and a demo, no real cluster needed.
+
+commands:
+""" + "\n".join(f"  {name:<10} {summary}" for name, summary in COMMANDS.items())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help=", ".join(COMMANDS))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's options (see COMMAND --help)")
+    return parser
+
+
+def _command(name: str) -> Callable[[Sequence[str]], int]:
+    if name == "apiserver":
+        from sim.cli import apiserver
+
+        return apiserver.main
+    if name == "cluster":
+        from sim.cli import cluster
+
+        return cluster.main
+    from sim.cli import herd
+
+    return herd.main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    given = list(sys.argv[1:] if argv is None else argv)
+    if not given:
+        parser.error(f"which command? one of {', '.join(COMMANDS)} (--help says what each does)")
+    args = parser.parse_args(given)
+    return _command(args.command)(args.args)

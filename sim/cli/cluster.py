@@ -1,0 +1,162 @@
+"""`python -m sim cluster`: a simulated cluster on the API server emulator (or on any API server), until
+interrupted or for a while, optionally with a scenario's workloads applied."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
+from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.emulator.server import ApiServer, ApiServerSettings
+
+DESCRIPTION = """\
+Run a simulated cluster: nodes with their kubelets, a scheduler, the workload controllers and, with
+--stagger, a real lockd per node (each node has its own loopback address, 127.0.1.N). It talks to the
+Kubernetes API server emulator started here, or to the API server at --api-url. It prints the API
+server's URL and the nodes, applies the scenario's workloads if one is given, and runs until SIGINT or
+SIGTERM (or for --duration seconds)."""
+
+EPILOG = """\
+examples:
+  python -m sim cluster --nodes 3 --cores 4 --stagger --kubeconfig /tmp/sim.kubeconfig
+  python -m sim cluster --scenario sim/cluster/scenarios/herd.yaml --stagger --duration 60
+  python -m sim cluster --api-url http://127.0.0.1:6443 --no-stagger
+"""
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    cluster: ClusterSettings
+    scenario: Scenario | None
+    api_url: str | None
+    api_port: int
+    kubeconfig: Path | None
+    duration: float | None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim cluster",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add(
+        "--scenario",
+        type=Path,
+        help="scenario YAML: node pool, model, stagger and workloads (which are applied)",
+    )
+    add("--nodes", type=int, help="number of nodes (default 4, or the scenario's)")
+    add("--cores", type=float, help="cores per node (default 4, or the scenario's)")
+    add("--memory", help="memory per node, e.g. 16Gi (default 16Gi, or the scenario's)")
+    add("--time-scale", type=float, help="simulated seconds per wall second (default 10, or the scenario's)")
+    stagger = parser.add_mutually_exclusive_group()
+    stagger.add_argument(
+        "--stagger", dest="stagger", action="store_true", default=None, help="run lockd per node"
+    )
+    stagger.add_argument("--no-stagger", dest="stagger", action="store_false", help="no lockd")
+    add("--policies", type=Path, help="lockd policy file (with --stagger)")
+    add("--host-port", type=int, help="lockd port on every node address (default 9400; 0 picks a free one)")
+    add("--api-url", help="use this API server instead of starting the emulator")
+    add("--api-port", type=int, default=0, help="port of the emulator started here (default: any free port)")
+    add("--kubeconfig", type=Path, help="write a kubeconfig for the emulator started here")
+    add("--duration", type=float, help="stop after this many wall seconds (default: run until interrupted)")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def parse_cli(argv: Sequence[str]) -> tuple[CliSettings, str]:
+    """Settings from the command line; raises ScenarioError (or exits via argparse) for bad input."""
+    args = _parser().parse_args(list(argv))
+    scenario = load_scenario(args.scenario) if args.scenario else None
+    base = ClusterSettings.from_scenario(scenario) if scenario else ClusterSettings()
+    nodes = base.nodes
+    if args.nodes is not None:
+        if args.nodes < 1:
+            raise ScenarioError(f"--nodes: must be at least 1 (got {args.nodes})")
+        nodes = replace(nodes, count=args.nodes)
+    if args.cores is not None:
+        if args.cores <= 0:
+            raise ScenarioError(f"--cores: must be > 0 (got {args.cores})")
+        nodes = replace(nodes, cores=args.cores)
+    if args.memory is not None:
+        nodes = replace(nodes, memory=args.memory)
+    stagger = base.stagger
+    if args.stagger is not None:
+        stagger = replace(stagger, enabled=args.stagger)
+    if args.policies is not None:
+        try:
+            stagger = replace(stagger, policies=args.policies.read_text())
+        except OSError as exc:
+            raise ScenarioError(f"--policies: cannot read {args.policies} ({exc.strerror})") from None
+    if args.host_port is not None:
+        if not 0 <= args.host_port <= 65535:
+            raise ScenarioError(f"--host-port: not a port number (got {args.host_port})")
+        stagger = replace(stagger, host_port=args.host_port)
+    time_scale = base.time_scale
+    if args.time_scale is not None:
+        if args.time_scale <= 0:
+            raise ScenarioError(f"--time-scale: must be > 0 (got {args.time_scale})")
+        time_scale = args.time_scale
+    if args.duration is not None and args.duration <= 0:
+        raise ScenarioError(f"--duration: must be > 0 (got {args.duration})")
+    cluster = replace(base, nodes=nodes, stagger=stagger, time_scale=time_scale)
+    return (
+        CliSettings(
+            cluster=cluster,
+            scenario=scenario,
+            api_url=args.api_url,
+            api_port=args.api_port,
+            kubeconfig=args.kubeconfig,
+            duration=args.duration,
+        ),
+        args.log_level,
+    )
+
+
+async def _serve(settings: CliSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        api_url = settings.api_url
+        if api_url is None:
+            api = await stack.enter_async_context(ApiServer(ApiServerSettings(port=settings.api_port)))
+            api_url = api.url
+            if settings.kubeconfig is not None:
+                api.write_kubeconfig(settings.kubeconfig)
+                print(f"kubeconfig: {settings.kubeconfig}", flush=True)
+        cluster = await stack.enter_async_context(SimCluster(api_url=api_url, settings=settings.cluster))
+        print(f"API server: {api_url}", flush=True)
+        for i, name in enumerate(cluster.kubelets):
+            lockd = cluster.lockds.get(name)
+            print(
+                f"  {name}  {cluster.node_ip(i)}" + (f"  lockd {lockd.spec.url}" if lockd else ""), flush=True
+            )
+        if settings.scenario is not None:
+            await cluster.apply_workloads(settings.scenario)
+            print(f"applied the workloads of scenario {settings.scenario.name!r}", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=settings.duration)
+        print(f"stopping; peak containers starting at once per node: {cluster.peak_starting()}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings, log_level = parse_cli(sys.argv[1:] if argv is None else argv)
+    except ScenarioError as exc:
+        print(f"sim cluster: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(settings))
+    return 0
