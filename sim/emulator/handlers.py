@@ -3,22 +3,19 @@ render the answer (JSON object, Table, PartialObjectMetadata or Status). No sema
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from aiohttp import web
 
 from sim.emulator import errors, openapi, patch, podactions
-from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo, WebhookDispatcher
+from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo
 from sim.emulator.errors import ApiError
-from sim.emulator.registry import FieldValidation, Registry, StaleRead
+from sim.emulator.registry import FieldValidation, StaleRead
 from sim.emulator.render import error_response, json_response, negotiate, render_list, render_object
 from sim.emulator.resources import (
     DiscoveryPath,
@@ -32,7 +29,6 @@ from sim.emulator.resources import (
     parse_path,
     version_info,
 )
-from sim.emulator.schema import Schemas
 from sim.emulator.selectors import (
     FieldSelector,
     LabelSelector,
@@ -40,28 +36,11 @@ from sim.emulator.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from sim.emulator.settings import ApiServerSettings
-from sim.emulator.store import Obj, Store
+from sim.emulator.state import STATE, ApiState
+from sim.emulator.store import Obj
 from sim.emulator.watch import serve_watch
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class ApiState:
-    settings: ApiServerSettings
-    store: Store
-    schemas: Schemas
-    registry: Registry
-    service_endpoints: dict[str, str]
-    reaper_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    stopping: bool = False  # set at shutdown: open watches end at once instead of holding the stop up
-    dispatcher: WebhookDispatcher | None = None  # set when the app starts (it owns the ClientSession)
-    request_total: int = 0
-    request_counts: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
-
-
-STATE = web.AppKey("apiserver_state", ApiState)
 
 
 # -------------------------------------------------------------------------------------------- requests

@@ -41,11 +41,12 @@ import aiohttp
 from aiohttp import web
 
 from sim.emulator.admission import WebhookDispatcher
-from sim.emulator.handlers import STATE, ApiState, handle
+from sim.emulator.handlers import handle
 from sim.emulator.registry import Registry, RegistryConfig
 from sim.emulator.resources import namespaces
 from sim.emulator.schema import Schemas
 from sim.emulator.settings import ApiServerSettings
+from sim.emulator.state import STATE, ApiState
 from sim.emulator.store import Store
 from sim.kubeconfig import write_kubeconfig
 

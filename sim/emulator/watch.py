@@ -18,17 +18,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from sim.emulator import errors
 from sim.emulator.errors import ApiError
 from sim.emulator.resources import ResourcePath
+from sim.emulator.state import ApiState
 from sim.emulator.store import Delivery, Obj, StoredEvent, Watcher
-
-if TYPE_CHECKING:
-    from sim.emulator.handlers import ApiState
 
 logger = logging.getLogger(__name__)
 
