@@ -34,6 +34,7 @@ __all__ = [
     "Hold",
     "LinearPacer",
     "MaxConcurrent",
+    "MaxConcurrentPacer",
     "Mode",
     "NodePolicy",
     "Pacer",
@@ -123,7 +124,14 @@ class LinearPacer:
     max_stagger: int
 
 
-Pacer = ExponentialPacer | LinearPacer
+@dataclass(frozen=True)
+class MaxConcurrentPacer:
+    """At most `value` pods of the group starting at once, always (however many are Ready)."""
+
+    value: int
+
+
+Pacer = ExponentialPacer | LinearPacer | MaxConcurrentPacer
 Mode = Literal["lock", "evict", "gate"]
 Hold = Literal["nodeSelector", "stub"]
 
@@ -404,7 +412,7 @@ def _at_least_one(parsed: Mapping[str, Any]) -> str | None:
 
 
 def _exactly_one(parsed: Mapping[str, Any]) -> str | None:
-    return None if len(parsed) == 1 else "must have exactly one of exponential or linear"
+    return None if len(parsed) == 1 else "must have exactly one of exponential, linear or maxConcurrent"
 
 
 def _load_limit() -> Check:
@@ -483,6 +491,11 @@ _PACER = _mapping(
                 ],
                 LinearPacer,
             ),
+        ),
+        _Key(
+            "maxConcurrent",
+            "max_concurrent",
+            _mapping([_Key("value", "value", _integer(minimum=1), required=True)], MaxConcurrentPacer),
         ),
     ],
     _single,

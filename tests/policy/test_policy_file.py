@@ -15,6 +15,7 @@ from stagger.policy import (
     ExponentialPacer,
     LinearPacer,
     MaxConcurrent,
+    MaxConcurrentPacer,
     NodePolicy,
     PolicyError,
     PolicyFile,
@@ -182,6 +183,18 @@ def test_every_field_of_both_kinds() -> None:
     )
 
 
+def test_max_concurrent_pacer_loads() -> None:
+    policy_file = parse_policy_text(
+        "staggeringPolicies:\n"
+        "- name: warm-cache\n"
+        "  labelSelector: {app: cache}\n"
+        "  pacer:\n"
+        "    maxConcurrent: {value: 3}\n"
+    )
+    (warm,) = policy_file.staggering_policies
+    assert warm.pacer == MaxConcurrentPacer(value=3)
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -285,7 +298,7 @@ T = "nodePolicies[0].throttleConfig"
         ),
         pytest.param(
             staggering(pacer={}),
-            f"{S}.pacer: must have exactly one of exponential or linear (got {{}})",
+            f"{S}.pacer: must have exactly one of exponential, linear or maxConcurrent (got {{}})",
             id="pacer-neither",
         ),
         pytest.param(
@@ -295,9 +308,35 @@ T = "nodePolicies[0].throttleConfig"
                     "exponential": {"minInitial": 1, "multiplier": 2, "maxStagger": 2},
                 }
             ),
-            f"{S}.pacer: must have exactly one of exponential or linear (got {{'exponential': "
+            f"{S}.pacer: must have exactly one of exponential, linear or maxConcurrent (got {{'exponential': "
             "{'maxStagger': 2, 'minInitial': 1, 'multiplier': 2}, 'linear': {'maxStagger': 2, 'step': 1}})",
             id="pacer-both",
+        ),
+        pytest.param(
+            staggering(pacer={"maxConcurrent": {"value": 0}}),
+            f"{S}.pacer.maxConcurrent.value: must be at least 1 (got 0)",
+            id="max-concurrent-zero",
+        ),
+        pytest.param(
+            staggering(pacer={"maxConcurrent": {"value": 2.5}}),
+            f"{S}.pacer.maxConcurrent.value: must be an integer (got 2.5)",
+            id="max-concurrent-not-integer",
+        ),
+        pytest.param(
+            staggering(pacer={"maxConcurrent": {}}),
+            f"{S}.pacer.maxConcurrent.value: is required",
+            id="max-concurrent-value-missing",
+        ),
+        pytest.param(
+            staggering(pacer={"maxConcurrent": {"value": 3, "perCore": 1}}),
+            f"{S}.pacer.maxConcurrent.perCore: unknown key; expected one of value",
+            id="max-concurrent-no-per-core",
+        ),
+        pytest.param(
+            staggering(pacer={"maxConcurrent": {"value": 3}, "linear": {"step": 1, "maxStagger": 2}}),
+            f"{S}.pacer: must have exactly one of exponential, linear or maxConcurrent (got {{'linear': "
+            "{'maxStagger': 2, 'step': 1}, 'maxConcurrent': {'value': 3}})",
+            id="max-concurrent-and-linear",
         ),
         pytest.param(
             staggering(name=None),
