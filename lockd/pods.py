@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagger.names import Names
+from stagger.podstate import is_pod_ready
 from stagger.timestamps import parse_rfc3339
 
 Pod = Mapping[str, Any]
@@ -24,13 +25,6 @@ def key_of(pod: Pod) -> tuple[str, str]:
     return str(m.get("namespace") or ""), str(m.get("name") or "")
 
 
-def is_ready(pod: Pod) -> bool:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
-
-
 def phase(pod: Pod) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
@@ -41,7 +35,7 @@ def stage(pod: Pod | None) -> Stage:
         return "deleted"
     if phase(pod) in ("Succeeded", "Failed"):
         return "finished"
-    if is_ready(pod):
+    if is_pod_ready(pod):
         return "ready"
     return "starting"
 

@@ -20,10 +20,10 @@ from typing import Any
 import aiohttp
 
 from stagger.kube import ApiError, Resource, RestClient, WatchEventType
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Handler = Callable[[WatchEventType, Obj], None]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sim.cluster.clock import SimClock
-from sim.cluster.objects import Obj, controller_ref, meta, namespace_of, owned_by, uid_of
+from sim.cluster.objects import controller_ref, meta, namespace_of, owned_by, uid_of
 from sim.cluster.workloads.actions import (
     Action,
     Create,
@@ -45,6 +45,7 @@ from stagger.kube import (
     RestClient,
 )
 from stagger.kube import WatchEventType as EventType
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 

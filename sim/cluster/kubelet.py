@@ -41,14 +41,7 @@ from sim.cluster.containerenv import (
     resolve_env,
     runs_initclient,
 )
-from sim.cluster.objects import (
-    Obj,
-    is_pod_finished,
-    is_terminating,
-    name_of,
-    namespace_of,
-    uid_of,
-)
+from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.podstatus import (
     ContainerView,
     final_phase,
@@ -73,6 +66,8 @@ from sim.cluster.startup import (
 )
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import CONFIGMAPS, PODS, ApiError, RestClient
+from stagger.objects import Obj
+from stagger.podstate import is_pod_finished
 
 logger = logging.getLogger(__name__)
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-Obj = dict[str, Any]
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
+from stagger.podstate import is_pod_finished
 
 
 def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,34 +64,9 @@ def owner_reference(owner: Mapping[str, Any], *, api_version: str, kind: str) ->
     }
 
 
-def pod_phase(pod: Mapping[str, Any]) -> str:
-    status = pod.get("status") or {}
-    return str(status.get("phase") or "Pending")
-
-
-def is_pod_finished(pod: Mapping[str, Any]) -> bool:
-    return pod_phase(pod) in TERMINAL_PHASES
-
-
 def is_pod_active(pod: Mapping[str, Any]) -> bool:
     """Counts towards a controller's replicas: neither finished nor being deleted."""
     return not is_pod_finished(pod) and not is_terminating(pod)
-
-
-def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == kind:
-            return cond
-    return None
-
-
-def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
-    cond = condition(obj, kind)
-    return cond is not None and cond.get("status") == "True"
-
-
-def is_pod_ready(pod: Mapping[str, Any]) -> bool:
-    return condition_true(pod, "Ready")
 
 
 def node_name_of(pod: Mapping[str, Any]) -> str:
@@ -149,11 +121,3 @@ def cpu_millis(quantity: object) -> int:
 def byte_count(quantity: object) -> int:
     value = parse_quantity(quantity)  # type: ignore[no-untyped-call]
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

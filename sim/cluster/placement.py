@@ -16,16 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.cluster.objects import (
-    byte_count,
-    condition_true,
-    cpu_millis,
-    is_pod_finished,
-    labels_of,
-    name_of,
-    namespace_of,
-    node_name_of,
-)
+from sim.cluster.objects import byte_count, cpu_millis, labels_of, name_of, namespace_of, node_name_of
+from stagger.objects import condition_true
+from stagger.podstate import is_pod_finished
 
 DEFAULT_SCHEDULER = "default-scheduler"
 # kube-scheduler's non-zero defaults for scoring (pkg/scheduler/util/pod_resources.go).

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from sim.cluster.objects import Obj, rfc3339, set_condition
+from sim.cluster.objects import set_condition
 from sim.cluster.startup import ContainerState, Termination
+from stagger.objects import Obj
+from stagger.timestamps import format_rfc3339
 
 ContainerPhase = Literal["waiting", "running", "terminated"]
 
@@ -102,7 +104,7 @@ def killed(view: ContainerView, *, now: float, exit_code: int = 143) -> Containe
 
 
 def _stamp(base: dt.datetime, t: float | None) -> str | None:
-    return None if t is None else rfc3339(base + dt.timedelta(seconds=t))
+    return None if t is None else format_rfc3339((base + dt.timedelta(seconds=t)).timestamp(), digits=0)
 
 
 def _container_id(uid: str, name: str, attempt: int) -> str:

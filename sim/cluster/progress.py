@@ -9,19 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.cluster.clock import SimClock
-from sim.cluster.objects import (
-    Obj,
-    condition_true,
-    is_pod_ready,
-    is_terminating,
-    labels_of,
-    name_of,
-    namespace_of,
-    uid_of,
-)
+from sim.cluster.objects import is_terminating, labels_of, name_of, namespace_of, uid_of
 from sim.cluster.scenario import Scenario
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, RestClient, WatchEventType
+from stagger.objects import Obj, condition_true
+from stagger.podstate import is_pod_ready
 
 
 @dataclass(frozen=True)

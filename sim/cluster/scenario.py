@@ -16,9 +16,10 @@ from typing import Any, Literal
 import yaml
 
 from sim.cluster import podparams
-from sim.cluster.objects import Obj, byte_count, cpu_millis
+from sim.cluster.objects import byte_count, cpu_millis
 from sim.cluster.startup import ModelSettings
 from stagger.names import Names
+from stagger.objects import Obj
 
 DEFAULT_SCENARIO = "herd.yaml"
 INITCLIENT_CONTAINER = "stagger-init"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sim.cluster.clock import SimClock
-from sim.cluster.objects import rfc3339, set_condition
+from sim.cluster.objects import set_condition
 from sim.cluster.placement import (
     DEFAULT_SCHEDULER,
     Bind,
@@ -22,6 +22,7 @@ from sim.cluster.placement import (
 )
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient
+from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class Scheduler:
                         (pod.get("status") or {}).get("conditions") or [],
                         kind="PodScheduled",
                         status="False",
-                        now=rfc3339(self.clock.datetime_now()),
+                        now=format_rfc3339(self.clock.datetime_now().timestamp(), digits=0),
                         reason=decision.reason,
                         message=decision.message,
                     )

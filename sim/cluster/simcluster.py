@@ -23,7 +23,6 @@ from sim.cluster.clock import SimClock
 from sim.cluster.controllers import ControllerManager, ControllerSettings
 from sim.cluster.kubelet import Kubelet, KubeletSettings, LaunchGate
 from sim.cluster.lockdproc import LockdProcess, LockdSpec, common_free_port
-from sim.cluster.objects import Obj
 from sim.cluster.scenario import (
     NodePool,
     Scenario,
@@ -35,6 +34,7 @@ from sim.cluster.startup import ModelSettings
 from sim.kubeconfig import write_kubeconfig
 from stagger.informer import InformerSettings
 from stagger.kube import BY_KIND, NAMESPACES, NODES, ApiError, RestClient
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 

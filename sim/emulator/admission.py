@@ -34,11 +34,11 @@ from sim.emulator import errors
 from sim.emulator.errors import ApiError
 from sim.emulator.resources import ResourceType
 from sim.emulator.selectors import SelectorError, selector_from_object
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-Obj = dict[str, Any]
 _NOT_INTERCEPTED = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from sim.emulator.selectors import SelectorError, selector_from_object
-from sim.emulator.strategy import pod_is_ready
-
-Obj = dict[str, Any]
+from stagger.objects import Obj
+from stagger.podstate import is_pod_ready
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,6 @@ def budget(pdb: Obj, pods: Iterable[Obj]) -> Budget:
     else:
         desired = 0
     healthy = sum(
-        1 for p in covered if not (p.get("metadata") or {}).get("deletionTimestamp") and pod_is_ready(p)
+        1 for p in covered if not (p.get("metadata") or {}).get("deletionTimestamp") and is_pod_ready(p)
     )
     return Budget(expected, desired, healthy)

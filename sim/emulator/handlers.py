@@ -37,8 +37,8 @@ from sim.emulator.selectors import (
     parse_label_selector,
 )
 from sim.emulator.state import STATE, ApiState
-from sim.emulator.store import Obj
 from sim.emulator.watch import serve_watch
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from sim.emulator.disruption import budget, pdb_selects
 from sim.emulator.errors import ApiError, FieldError, Status
 from sim.emulator.registry import Registry
 from sim.emulator.resources import builtin, pods
-from sim.emulator.store import Obj
-from sim.emulator.strategy import pod_is_ready, prune_nulls, set_pod_condition
+from sim.emulator.strategy import prune_nulls, set_pod_condition
+from stagger.objects import Obj
+from stagger.podstate import is_pod_ready
 
 
 def evict(
@@ -70,7 +71,7 @@ def evict(
 def _check_budget(registry: Registry, pdb: Obj, pod: Obj, namespace: str) -> None:
     pdb_name = pdb["metadata"]["name"]
     found = budget(pdb, registry.store.objects(pods().storage_key, namespace))
-    if not pod_is_ready(pod):
+    if not is_pod_ready(pod):
         policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
         if policy == "AlwaysAllow":
             return

@@ -20,20 +20,20 @@ from sim.emulator.errors import FieldError, Status
 from sim.emulator.resources import RESOURCE_TYPES, ResourceType, namespaces, pods
 from sim.emulator.schema import Schemas, format_path, remove_paths
 from sim.emulator.selectors import FieldSelector, LabelSelector, field_values
-from sim.emulator.store import Obj, Store
+from sim.emulator.store import Store
 from sim.emulator.strategy import (
     admit_pod_in_tree,
     apply_defaults,
     event_from_core,
     event_to_core,
-    format_time,
     generate_name,
-    parse_time,
     prepare_for_create,
     prepare_for_update,
     prune_nulls,
 )
 from sim.emulator.validation import validate_create, validate_update
+from stagger.objects import Obj
+from stagger.timestamps import format_rfc3339, parse_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -376,19 +376,19 @@ class Registry:
                 return self._remove(rtype, current, dry_run=dry_run)
             if grace is None or grace >= pending:
                 return 200, self.to_view(rtype, current)
-            deadline = parse_time(metadata["deletionTimestamp"]) - pending + grace
-            new_meta["deletionTimestamp"] = format_time(deadline)
+            deadline = (parse_rfc3339(str(metadata["deletionTimestamp"])) or now) - pending + grace
+            new_meta["deletionTimestamp"] = format_rfc3339(deadline, digits=0)
             new_meta["deletionGracePeriodSeconds"] = grace
             return self._graceful_write(rtype, updated, grace=grace, deadline=deadline, dry_run=dry_run)
         if rtype.kind == "Pod":
             period = self._pod_grace(current, grace)
-            new_meta["deletionTimestamp"] = format_time(now + period)
+            new_meta["deletionTimestamp"] = format_rfc3339(now + period, digits=0)
             new_meta["deletionGracePeriodSeconds"] = period
             if new_meta.get("generation"):
                 new_meta["generation"] += 1
             return self._graceful_write(rtype, updated, grace=period, deadline=now + period, dry_run=dry_run)
         if finalizers:
-            new_meta["deletionTimestamp"] = format_time(now)
+            new_meta["deletionTimestamp"] = format_rfc3339(now, digits=0)
             new_meta["deletionGracePeriodSeconds"] = 0
             if new_meta.get("generation"):
                 new_meta["generation"] += 1

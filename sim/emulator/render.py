@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 from sim.emulator import table
 from sim.emulator.errors import ApiError
 from sim.emulator.resources import ResourceType
-from sim.emulator.store import Obj
+from stagger.objects import Obj
 
 
 @dataclass(frozen=True)

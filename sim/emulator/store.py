@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sim.emulator import errors
+from stagger.objects import Obj
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-Obj = dict[str, Any]
 
 
 def meta(obj: Obj) -> dict[str, Any]:

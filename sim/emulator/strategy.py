@@ -5,29 +5,17 @@ defaulting, the in-tree mutating admission plugins for pods, PrepareForCreate / 
 
 from __future__ import annotations
 
-import calendar
 import copy
 import secrets
-import time
 from typing import Any
 
 from sim.emulator.resources import ResourceType
-
-Obj = dict[str, Any]
+from stagger.objects import Obj
+from stagger.timestamps import format_rfc3339
 
 # utilrand.String's alphabet: no vowels (no accidental words) and no confusable characters.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 POD_GRACE_DEFAULT = 30
-
-
-def format_time(now: float) -> str:
-    """metav1.Time: RFC 3339, whole seconds, UTC."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-
-
-def parse_time(text: str) -> float:
-    base = text.rstrip("Z").split(".")[0]
-    return float(calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")))
 
 
 def generate_name(prefix: str) -> str:
@@ -189,7 +177,7 @@ def prepare_for_create(rtype: ResourceType, obj: Obj, *, now: float, uid: str) -
     The name must already be set (generateName resolved)."""
     metadata = obj.setdefault("metadata", {})
     metadata["uid"] = uid
-    metadata["creationTimestamp"] = format_time(now)
+    metadata["creationTimestamp"] = format_rfc3339(now, digits=0)
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink"):
         metadata.pop(key, None)
     if rtype.generation:
@@ -282,21 +270,12 @@ def prepare_for_update(rtype: ResourceType, new: Obj, old: Obj, *, subresource: 
 # ------------------------------------------------------------------------------------------ pod helpers
 
 
-def pod_condition(pod: Obj, kind: str) -> Obj | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
-
-
-def pod_is_ready(pod: Obj) -> bool:
-    condition = pod_condition(pod, "Ready")
-    return condition is not None and condition.get("status") == "True"
-
-
 def set_pod_condition(pod: Obj, condition: Obj, *, now: float) -> None:
     """podutil.UpdatePodCondition: replace the condition of that type; keep lastTransitionTime when the
     status did not change."""
     status = pod.setdefault("status", {})
     conditions = status.setdefault("conditions", [])
-    stamped = {"lastProbeTime": None, "lastTransitionTime": format_time(now), **condition}
+    stamped = {"lastProbeTime": None, "lastTransitionTime": format_rfc3339(now, digits=0), **condition}
     for index, existing in enumerate(conditions):
         if existing.get("type") == condition["type"]:
             if existing.get("status") == condition.get("status") and existing.get("lastTransitionTime"):

@@ -6,12 +6,12 @@ printers (pkg/printers/internalversion) for pods, nodes, namespaces and deployme
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from sim.emulator.resources import ResourceType
-from sim.emulator.strategy import parse_time
+from stagger.objects import Obj
+from stagger.timestamps import parse_rfc3339
 
-Obj = dict[str, Any]
 Cell = str | int
 IncludeObject = Literal["None", "Metadata", "Object"]
 
@@ -49,8 +49,8 @@ def human_duration(seconds: float) -> str:
 
 
 def _age(obj: Obj, now: float) -> str:
-    created = (obj.get("metadata") or {}).get("creationTimestamp")
-    return human_duration(now - parse_time(created)) if created else "<unknown>"
+    created = parse_rfc3339(str((obj.get("metadata") or {}).get("creationTimestamp") or ""))
+    return "<unknown>" if created is None else human_duration(now - created)
 
 
 def pod_status_reason(pod: Obj) -> str:

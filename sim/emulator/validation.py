@@ -11,8 +11,7 @@ from sim.emulator.errors import FieldError
 from sim.emulator.resources import ResourceType
 from sim.emulator.selectors import SelectorError, label_key_problem, label_value_problem, selector_from_object
 from sim.emulator.strategy import prune_nulls
-
-Obj = dict[str, Any]
+from stagger.objects import Obj
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -26,7 +26,8 @@ from sim.emulator import errors
 from sim.emulator.errors import ApiError
 from sim.emulator.resources import ResourcePath
 from sim.emulator.state import ApiState
-from sim.emulator.store import Delivery, Obj, StoredEvent, Watcher
+from sim.emulator.store import Delivery, StoredEvent, Watcher
+from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lockd.pods import is_ready, stage
+from lockd.pods import stage
 from sim.cluster.scenario import NodePool, Scenario, load_scenario
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
+from stagger.podstate import is_pod_ready
 from tests.waiting import eventually
 
 NAMES = Names()
@@ -59,7 +60,7 @@ class StartingWatch:
         granted = (pod["metadata"].get("annotations") or {}).get(NAMES.granted_at_annotation)
         if granted:
             self.granted_values[uid].add(granted)
-        if kind != "DELETED" and is_ready(pod):
+        if kind != "DELETED" and is_pod_ready(pod):
             self.ever_ready.add(uid)
         starting: dict[str, int] = defaultdict(int)
         for other in self.informer.objects():
@@ -71,7 +72,7 @@ class StartingWatch:
             self.peak[node] = max(self.peak[node], count)
 
     def ready_count(self) -> int:
-        return sum(1 for pod in self.informer.objects() if is_ready(pod))
+        return sum(1 for pod in self.informer.objects() if is_pod_ready(pod))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lockd.pods import is_ready, owner_kind, stage, uses_stagger
+from lockd.pods import owner_kind, stage, uses_stagger
 from sim.cluster import podparams
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
@@ -20,6 +20,7 @@ from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
+from stagger.podstate import is_pod_ready
 from tests.waiting import eventually
 
 NAMES = Names()
@@ -49,7 +50,7 @@ class PodLog:
         self._check = check
 
     def _on_pod(self, kind: WatchEventType, pod: dict[str, Any]) -> None:
-        if kind != "DELETED" and is_ready(pod):
+        if kind != "DELETED" and is_pod_ready(pod):
             self.ever_ready.add(pod["metadata"]["uid"])
         self._check(self.informer.store, self.ever_ready)
 
@@ -141,7 +142,7 @@ async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready
         )
 
         async def all_ready() -> bool:
-            return len(log.pods(lambda p: uses_stagger(p, names=NAMES) and is_ready(p))) == 3
+            return len(log.pods(lambda p: uses_stagger(p, names=NAMES) and is_pod_ready(p))) == 3
 
         await eventually(all_ready, within=120, what="the 3 app pods Ready")
 
@@ -187,7 +188,7 @@ async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) ->
         )
 
         async def all_ready() -> bool:
-            return len(log.pods(is_ready)) == 5
+            return len(log.pods(is_pod_ready)) == 5
 
         await eventually(all_ready, within=120, what="all 5 pods Ready")
 

@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from sim.emulator.server import ApiServerSettings
-from sim.emulator.strategy import parse_time
+from stagger.timestamps import parse_rfc3339
 from tests.sim_apiserver.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -46,7 +46,7 @@ def test_bound_pod_is_deleted_gracefully_then_finally(core: Core, http: Http) ->
     assert response.status_code == 200
     metadata = response.json()["metadata"]
     assert metadata["deletionGracePeriodSeconds"] == 30
-    assert 25 <= parse_time(metadata["deletionTimestamp"]) - time.time() <= 31
+    assert 25 <= parse_rfc3339(metadata["deletionTimestamp"]) - time.time() <= 31
     assert metadata["generation"] == 2
     assert exists(core, "p")
     longer = http.delete(f"{PODS}/p", {"gracePeriodSeconds": 60}).json()["metadata"]
@@ -56,7 +56,7 @@ def test_bound_pod_is_deleted_gracefully_then_finally(core: Core, http: Http) ->
     )
     shorter = http.delete(f"{PODS}/p?gracePeriodSeconds=10").json()["metadata"]
     assert shorter["deletionGracePeriodSeconds"] == 10
-    assert parse_time(shorter["deletionTimestamp"]) == parse_time(metadata["deletionTimestamp"]) - 20
+    assert parse_rfc3339(shorter["deletionTimestamp"]) == parse_rfc3339(metadata["deletionTimestamp"]) - 20
     final = http.delete(f"{PODS}/p", {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
     assert final.status_code == 200
     assert not exists(core, "p")

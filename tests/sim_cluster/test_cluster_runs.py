@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from sim.cluster.controllers import ControllerSettings
-from sim.cluster.objects import condition_true, is_pod_ready, is_terminating, name_of, node_name_of
+from sim.cluster.objects import is_terminating, name_of, node_name_of
 from sim.cluster.scenario import NodePool, StaggerConfig, Workload, workload_manifest
 from sim.cluster.scheduler import SchedulerSettings
 from sim.cluster.simcluster import ClusterSettings, SimCluster, node_name
 from stagger.informer import InformerSettings
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, ApiError
+from stagger.objects import condition_true
+from stagger.podstate import is_pod_ready
 from tests.sim_cluster.helpers import eventually, list_items
 
 IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}

@@ -16,13 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sim.cluster.objects import (
-    Obj,
-    condition,
-    condition_true,
     controller_ref,
     is_pod_active,
-    is_pod_finished,
-    is_pod_ready,
     is_terminating,
     labels_of,
     meta,
@@ -31,14 +26,14 @@ from sim.cluster.objects import (
     node_name_of,
     owned_by,
     owner_reference,
-    parse_time,
-    pod_phase,
-    rfc3339,
     set_condition,
     uid_of,
 )
 from sim.cluster.placement import NodeInfo, matches_node_affinity, node_info, tolerates
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, Resource
+from stagger.objects import Obj, condition, condition_true
+from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase
+from stagger.timestamps import format_rfc3339, parse_rfc3339
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 # kube-controller-manager's burstReplicas: at most this many creations/deletions per pass.
@@ -120,8 +115,8 @@ def _ready_for(pod: Mapping[str, Any], *, now: dt.datetime, min_ready_seconds: i
     if min_ready_seconds <= 0:
         return True
     cond = condition(pod, "Ready") or {}
-    since = cond.get("lastTransitionTime")
-    return bool(since) and (now - parse_time(str(since))).total_seconds() >= min_ready_seconds
+    since = parse_rfc3339(str(cond.get("lastTransitionTime") or ""))
+    return since is not None and now.timestamp() - since >= min_ready_seconds
 
 
 def _deletion_rank(pod: Mapping[str, Any]) -> tuple[int, int, int, str]:
@@ -319,7 +314,7 @@ def reconcile_deployment(
 
     total_spec = sum(_rs_replicas(rs) for rs in owned)
     available = sum(_rs_status(rs, "availableReplicas") for rs in owned)
-    stamp = rfc3339(now)
+    stamp = format_rfc3339(now.timestamp(), digits=0)
     conditions = list((deployment.get("status") or {}).get("conditions") or [])
     is_available = available >= desired - max_unavailable
     conditions = set_condition(
@@ -476,7 +471,7 @@ def reconcile_job(
     parallelism = int(spec.get("parallelism", 1))
     completions = spec.get("completions", None if "parallelism" in spec and "completions" not in spec else 1)
     backoff_limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
-    stamp = rfc3339(now)
+    stamp = format_rfc3339(now.timestamp(), digits=0)
     status_now = job.get("status") or {}
     conditions = list(status_now.get("conditions") or [])
     actions: list[Action] = []
