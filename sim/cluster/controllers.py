@@ -18,19 +18,12 @@ import aiohttp
 
 from sim.cluster.clock import SimClock
 from sim.cluster.objects import controller_ref, meta, namespace_of, owned_by, uid_of
-from sim.cluster.workloads.actions import (
-    Action,
-    Create,
-    Delete,
-    JobMemory,
-    Patch,
-    observe_job_pod,
-    orphans,
-    reconcile_daemonset,
-    reconcile_deployment,
-    reconcile_job,
-    reconcile_replicaset,
-)
+from sim.cluster.workloads.actions import Action, Create, Delete, Patch
+from sim.cluster.workloads.daemonset import reconcile_daemonset
+from sim.cluster.workloads.deployment import reconcile_deployment
+from sim.cluster.workloads.garbage import orphans
+from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
+from sim.cluster.workloads.replicaset import reconcile_replicaset
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import (
     BY_KIND,

@@ -11,9 +11,10 @@ from typing import Any
 from sim.cluster.clock import SimClock
 from sim.cluster.objects import is_terminating, labels_of, name_of, namespace_of, uid_of
 from sim.cluster.scenario import Scenario
+from sim.cluster.workloads.job import job_finished
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, RestClient, WatchEventType
-from stagger.objects import Obj, condition_true
+from stagger.objects import Obj
 from stagger.podstate import is_pod_ready
 
 
@@ -47,11 +48,7 @@ def is_done(target: Target, pods: Iterable[Mapping[str, Any]], jobs: Iterable[Ma
             ready[key] = ready.get(key, 0) + 1
     if any(ready.get(key, 0) < replicas for key, replicas in target.deployments.items()):
         return False
-    finished = {
-        (namespace_of(j), name_of(j))
-        for j in jobs
-        if condition_true(j, "Complete") or condition_true(j, "Failed")
-    }
+    finished = {(namespace_of(j), name_of(j)) for j in jobs if job_finished(j)}
     return target.jobs <= finished
 
 

@@ -10,23 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cluster.workloads.actions import (
+from sim.cluster.workloads.actions import Action, Create, Delete, Patch
+from sim.cluster.workloads.daemonset import daemon_pod_target, reconcile_daemonset
+from sim.cluster.workloads.deployment import (
     TEMPLATE_HASH_LABEL,
-    Action,
-    Create,
-    Delete,
-    JobMemory,
-    Patch,
-    daemon_pod_target,
-    observe_job_pod,
-    orphans,
-    reconcile_daemonset,
     reconcile_deployment,
-    reconcile_job,
-    reconcile_replicaset,
     rolling_limits,
     template_hash,
 )
+from sim.cluster.workloads.garbage import orphans
+from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
+from sim.cluster.workloads.replicaset import reconcile_replicaset
 from stagger.kube import DAEMONSETS, JOBS, PODS, REPLICASETS
 
 NOW = dt.datetime(2024, 1, 1, 12, 0, tzinfo=dt.UTC)
