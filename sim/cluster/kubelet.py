@@ -1,8 +1,7 @@
 """A simulated kubelet for one node: runs its pods' containers and reports their status over the API.
 
 Init containers run in order. One whose command line names the stagger init client runs the REAL
-init client (``python -m initclient``) as a subprocess, with the container's environment resolved the
-way a kubelet does (downward API, ``$(VAR)`` expansion); its exit code is the container's. Every other
+init client as a process (``sim.cluster.initproc``); its exit code is the container's. Every other
 container follows the start-up model (``sim.cluster.startup``), which shares the node's cores among the
 containers starting at the same time. The kubelet wakes up on pod events, on the model's next event
 and on subprocess exits, so simulated timings do not depend on a polling period.
@@ -17,15 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
-import os
-import signal
 import sys
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +29,9 @@ import aiohttp
 from sim.cluster import podparams
 from sim.cluster.clock import SimClock
 from sim.cluster.containerenv import (
-    EnvError,
-    command_line,
-    configmap_refs,
-    initclient_args,
-    resolve_env,
     runs_initclient,
 )
+from sim.cluster.initproc import InitClientRunner, InitResult, LaunchGate, stop_process
 from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.podstatus import (
     ContainerView,
@@ -62,16 +53,13 @@ from sim.cluster.startup import (
     next_event_at,
     remove_container,
     start_container,
-    starting_count,
 )
 from stagger.informer import Informer, InformerSettings, cache_key
-from stagger.kube import CONFIGMAPS, PODS, ApiError, RestClient
+from stagger.kube import PODS, ApiError, RestClient
 from stagger.objects import Obj
 from stagger.podstate import is_pod_finished
 
 logger = logging.getLogger(__name__)
-
-_OUTPUT_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -102,13 +90,6 @@ class KubeletSettings:
     informer: InformerSettings = field(default_factory=InformerSettings)
 
 
-@dataclass(frozen=True)
-class InitResult:
-    exit_code: int
-    output: tuple[str, ...] = ()
-    config_error: str | None = None
-
-
 @dataclass
 class PodRuntime:
     """The kubelet's memory of one pod (shell state; statuses are rendered from it by pure code)."""
@@ -122,7 +103,6 @@ class PodRuntime:
     main_names: list[str]
     main_images: list[str]
     init_index: int = 0
-    init_attempts: int = 0
     main_started: bool = False
     task: asyncio.Task[InitResult] | None = None
     process: asyncio.subprocess.Process | None = None
@@ -132,37 +112,6 @@ class PodRuntime:
     terminating: bool = False
     failed_phase: str | None = None
     written: Obj | None = None
-    output: deque[str] = field(default_factory=lambda: deque(maxlen=_OUTPUT_LINES))
-
-
-class LaunchGate:
-    """Spreads out process launches on this machine, shared by all simulated nodes.
-
-    Every node of the simulated cluster runs its init clients on the same few real cores. Launched all at
-    once, they would share those cores fairly and all finish starting up late together, so the first
-    grants (and the whole staggered run) would be delayed by a cost a real cluster spreads over its
-    nodes. The gate lets at most ``concurrency`` processes be in their first ``hold_seconds`` (the
-    interpreter's start-up) at a time, oldest first; a process that exits earlier frees its place.
-    """
-
-    def __init__(self, *, concurrency: int, hold_seconds: float) -> None:
-        self._slots = asyncio.Semaphore(concurrency)
-        self._hold = hold_seconds
-
-    async def enter(self) -> Callable[[], None]:
-        """Wait for a place; returns the (idempotent) release, which also happens by itself after the hold."""
-        await self._slots.acquire()
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                timer.cancel()
-                self._slots.release()
-
-        timer = asyncio.get_running_loop().call_later(self._hold, release)
-        return release
 
 
 def model_key(uid: str, name: str, *, init: bool = False) -> str:
@@ -182,13 +131,20 @@ class Kubelet:
         launch_gate: LaunchGate | None = None,
     ) -> None:
         self.settings = settings
-        self._launch_gate = launch_gate
+        self._initclients = InitClientRunner(
+            client=client,
+            node_name=settings.node_name,
+            node_ip=settings.node_ip,
+            python=settings.python,
+            nice=settings.initclient_nice,
+            timeout_seconds=settings.init_process_timeout_seconds,
+            stop_timeout_seconds=settings.stop_timeout_seconds,
+            launch_gate=launch_gate,
+        )
         self.client = client
         self.clock = clock
         self.model = NodeModel(cores=settings.cores, settings=settings.model, now=clock.now())
         self.runtimes: dict[str, PodRuntime] = {}
-        self.starting_timeline: list[tuple[float, int]] = []
-        """(simulated time, containers starting) at every change: what the node went through."""
         self._session = session
         self._informer = Informer(
             client=client,
@@ -260,7 +216,6 @@ class Kubelet:
         for rt in self.runtimes.values():
             if not rt.terminating:
                 self._progress(rt, now)
-        self._record_starting(now)
         writes = []
         for rt in self.runtimes.values():
             if rt.terminating:
@@ -285,11 +240,6 @@ class Kubelet:
 
     def _advance(self, now: float) -> None:
         self.model, _events = advance(self.model, until=max(now, self.model.now))
-
-    def _record_starting(self, now: float) -> None:
-        count = starting_count(self.model)
-        if not self.starting_timeline or self.starting_timeline[-1][1] != count:
-            self.starting_timeline.append((now, count))
 
     def _admit(self, pod: Obj, now: float) -> PodRuntime:
         spec = pod.get("spec") or {}
@@ -335,7 +285,6 @@ class Kubelet:
             elif not self._progress_model_init(rt, container):
                 return
             rt.init_index += 1
-            rt.init_attempts = 0
         if not rt.main_started:
             rt.main_started = True
             try:
@@ -348,33 +297,43 @@ class Kubelet:
 
     def _progress_initclient(self, rt: PodRuntime, container: Mapping[str, Any], now: float) -> bool:
         """Drive the init client container; True once it has completed."""
-        index = rt.init_index
-        view = rt.init_views[index]
         if rt.task is None:
-            if rt.retry_at is not None and now < rt.retry_at:
-                return False
-            rt.retry_at = None
-            rt.init_views[index] = ContainerView(
-                name=view.name,
-                image=view.image,
-                state="running",
-                reason="",
-                started_at=now,
-                restarts=view.restarts,
-                last=view.last,
-            )
-            rt.task = asyncio.create_task(self._run_initclient(rt, container), name=f"initclient-{rt.key}")
-            rt.task.add_done_callback(lambda _t: self._wake.set())
+            self._start_initclient(rt, container, now)
             return False
         if not rt.task.done():
             return False
+        return self._initclient_exited(rt, self._initclient_result(rt), now)
+
+    def _start_initclient(self, rt: PodRuntime, container: Mapping[str, Any], now: float) -> None:
+        """Start the process, unless the container is backing off or waiting to retry its configuration."""
+        if rt.retry_at is not None and now < rt.retry_at:
+            return
+        rt.retry_at = None
+        view = rt.init_views[rt.init_index]
+        rt.init_views[rt.init_index] = replace(_reset(view), state="running", reason="", started_at=now)
+
+        def started(process: asyncio.subprocess.Process) -> None:
+            rt.process = process
+
+        rt.task = asyncio.create_task(
+            self._initclients.run(rt.pod, container, pod_ip=rt.pod_ip, on_started=started),
+            name=f"initclient-{rt.key}",
+        )
+        rt.task.add_done_callback(lambda _t: self._wake.set())
+
+    def _initclient_result(self, rt: PodRuntime) -> InitResult:
+        assert rt.task is not None
         task, rt.task, rt.process = rt.task, None, None
         try:
-            result = task.result()
+            return task.result()
         except Exception as exc:  # a spawn failure is the container's failure, not the kubelet's
             logger.warning("%s: init client of %s could not run: %r", self.settings.node_name, rt.key, exc)
-            result = InitResult(exit_code=128, output=(repr(exc),))
-        rt.output.extend(result.output)
+            return InitResult(exit_code=128, output=(repr(exc),))
+
+    def _initclient_exited(self, rt: PodRuntime, result: InitResult, now: float) -> bool:
+        """The container's state after its process ended; True when it completed."""
+        index = rt.init_index
+        view = rt.init_views[index]
         if result.config_error is not None:
             rt.init_views[index] = waiting(
                 view.name,
@@ -386,25 +345,15 @@ class Kubelet:
             )
             rt.retry_at = now + self.settings.config_retry_seconds
             return False
-        started = rt.init_views[index].started_at
-        termination = Termination(
-            reason="Completed" if result.exit_code == 0 else "Error",
-            exit_code=result.exit_code,
-            started_at=started if started is not None else now,
-            finished_at=now,
-        )
+        started = view.started_at if view.started_at is not None else now
         if result.exit_code == 0:
-            rt.init_views[index] = ContainerView(
-                name=view.name,
-                image=view.image,
+            rt.init_views[index] = replace(
+                _reset(view),
                 state="terminated",
                 reason="Completed",
-                exit_code=0,
-                started_at=termination.started_at,
+                started_at=started,
                 finished_at=now,
                 ready=True,
-                restarts=view.restarts,
-                last=view.last,
             )
             return True
         logger.info(
@@ -415,25 +364,30 @@ class Kubelet:
             " | ".join(result.output[-3:]),
         )
         if podparams.restart_policy(rt.pod) == "Never":
-            rt.init_views[index] = ContainerView(
-                name=view.name,
-                image=view.image,
+            rt.init_views[index] = replace(
+                _reset(view),
                 state="terminated",
                 reason="Error",
                 exit_code=result.exit_code,
-                started_at=termination.started_at,
+                started_at=started,
                 finished_at=now,
-                restarts=view.restarts,
-                last=view.last,
             )
             rt.failed_phase = "Failed"
             return False
+        termination = Termination(
+            reason="Error", exit_code=result.exit_code, started_at=started, finished_at=now
+        )
+        self._back_off(rt, view, termination, now)
+        return False
+
+    def _back_off(self, rt: PodRuntime, view: ContainerView, termination: Termination, now: float) -> None:
+        """CrashLoopBackOff: the container is tried again after the back-off delay of its restart count."""
         restarts = view.restarts + 1
         delay = backoff_delay(
             restarts=restarts, settings=self.settings.model, key=model_key(rt.uid, view.name)
         )
         rt.retry_at = now + delay
-        rt.init_views[index] = waiting(
+        rt.init_views[rt.init_index] = waiting(
             view.name,
             view.image,
             reason="CrashLoopBackOff",
@@ -441,7 +395,6 @@ class Kubelet:
             last=termination,
             message=f"back-off {delay:.0f}s restarting failed container={view.name} pod={name_of(rt.pod)}",
         )
-        return False
 
     def _progress_model_init(self, rt: PodRuntime, container: Mapping[str, Any]) -> bool:
         """Drive an ordinary init container through the model; True once it has completed."""
@@ -465,71 +418,6 @@ class Kubelet:
         if state.phase == "failed":
             rt.failed_phase = "Failed"
         return False
-
-    async def _run_initclient(self, rt: PodRuntime, container: Mapping[str, Any]) -> InitResult:
-        configmaps: dict[str, dict[str, str]] = {}
-        for cm_name in configmap_refs(container):
-            try:
-                cm = await self.client.get(CONFIGMAPS, name=cm_name, namespace=namespace_of(rt.pod))
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                continue
-            configmaps[cm_name] = {str(k): str(v) for k, v in (cm.get("data") or {}).items()}
-        try:
-            env = resolve_env(
-                container,
-                rt.pod,
-                node_name=self.settings.node_name,
-                host_ip=self.settings.node_ip,
-                pod_ip=rt.pod_ip,
-                configmaps=configmaps,
-            )
-        except EnvError as exc:
-            return InitResult(exit_code=0, config_error=str(exc))
-        args = initclient_args(command_line(container, env))
-        launched = await self._launch_gate.enter() if self._launch_gate is not None else None
-        try:
-            return await self._spawn_initclient(rt, args=args, env=env)
-        finally:
-            if launched is not None:
-                launched()
-
-    async def _spawn_initclient(
-        self, rt: PodRuntime, *, args: list[str], env: Mapping[str, str]
-    ) -> InitResult:
-        proc = await asyncio.create_subprocess_exec(
-            self.settings.python,
-            "-m",
-            "initclient",
-            *args,
-            env=_process_env(env, hostname=name_of(rt.pod)),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        rt.process = proc
-        if self.settings.initclient_nice:
-            # The simulated nodes share this machine's cores: the init clients' start-up must not starve
-            # the simulator (whose lateness would show up as simulated time).
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, proc.pid, self.settings.initclient_nice)
-        try:
-            out, _ = await asyncio.wait_for(
-                proc.communicate(), timeout=self.settings.init_process_timeout_seconds
-            )
-        except TimeoutError:
-            logger.warning("%s: init client of %s ran too long; killing it", self.settings.node_name, rt.key)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return InitResult(exit_code=137, output=("killed: ran longer than the kubelet allows",))
-        finally:
-            if proc.returncode is None:  # cancelled: do not leave the process behind
-                await _stop_process(proc, grace=self.settings.stop_timeout_seconds)
-        lines = tuple(out.decode(errors="replace").splitlines()[-_OUTPUT_LINES:])
-        code = proc.returncode if proc.returncode is not None else 137
-        return InitResult(exit_code=code if code >= 0 else 128 - code, output=lines)
 
     # ------------------------------------------------------------------------------------ status
 
@@ -643,7 +531,7 @@ class Kubelet:
 
     async def _stop_init(self, rt: PodRuntime) -> None:
         if rt.process is not None and rt.process.returncode is None:
-            await _stop_process(rt.process, grace=self.settings.stop_timeout_seconds)
+            await stop_process(rt.process, grace=self.settings.stop_timeout_seconds)
         if rt.task is not None:
             rt.task.cancel()
             await asyncio.gather(rt.task, return_exceptions=True)
@@ -702,30 +590,7 @@ class Kubelet:
         task.add_done_callback(self._background.discard)
 
 
-def _process_env(env: Mapping[str, str], *, hostname: str) -> dict[str, str]:
-    """A container's environment: its own variables, plus what a Python process on this machine needs to
-    find the interpreter and the project (a real container image has these built in)."""
-    result = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")}
-    spec = importlib.util.find_spec("initclient")
-    paths = [str(Path(p).parent) for p in (spec.submodule_search_locations or [])] if spec else []
-    if os.environ.get("PYTHONPATH"):
-        paths.append(os.environ["PYTHONPATH"])
-    if paths:
-        result["PYTHONPATH"] = os.pathsep.join(paths)
-    result["HOSTNAME"] = hostname
-    result.update(env)
-    return result
-
-
-async def _stop_process(proc: asyncio.subprocess.Process, *, grace: float) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=grace)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+def _reset(view: ContainerView) -> ContainerView:
+    """The container of ``view`` (name, image, restart count, last termination) in a blank state, for
+    ``dataclasses.replace`` to give it its next one."""
+    return ContainerView(name=view.name, image=view.image, restarts=view.restarts, last=view.last)

@@ -21,7 +21,8 @@ import aiohttp
 
 from sim.cluster.clock import SimClock
 from sim.cluster.controllers import ControllerManager, ControllerSettings
-from sim.cluster.kubelet import Kubelet, KubeletSettings, LaunchGate
+from sim.cluster.initproc import LaunchGate
+from sim.cluster.kubelet import Kubelet, KubeletSettings
 from sim.cluster.lockdproc import LockdProcess, LockdSpec, common_free_port
 from sim.cluster.scenario import (
     NodePool,
@@ -56,7 +57,7 @@ class ClusterSettings:
     request_timeout_seconds: float = 30.0
     kubelet_max_tick_seconds: float = 0.5
     launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
-    """Init client processes starting up at once on this machine (see ``sim.cluster.kubelet.LaunchGate``)."""
+    """Init client processes starting up at once on this machine (see ``sim.cluster.initproc.LaunchGate``)."""
     launch_hold_seconds: float = 0.25
     work_dir: Path | None = None
     """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""

@@ -13,7 +13,7 @@ import pytest
 from sim.cli.cluster import parse_cli
 from sim.cluster.clock import SimClock
 from sim.cluster.herd import RunResult, as_json, format_table, plot
-from sim.cluster.kubelet import LaunchGate
+from sim.cluster.initproc import LaunchGate
 from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
 from sim.cluster.placement import node_info
 from sim.cluster.scenario import NodePool, ScenarioError

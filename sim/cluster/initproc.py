@@ -1,0 +1,195 @@
+"""The stagger init client as a real process: the REAL init client (``python -m initclient``) runs for
+the init container that names it, with the container's environment resolved the way a kubelet does
+(downward API, ConfigMap references, ``$(VAR)`` expansion); its exit code is the container's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.cluster.containerenv import EnvError, command_line, configmap_refs, initclient_args, resolve_env
+from sim.cluster.objects import name_of, namespace_of
+from stagger.informer import cache_key
+from stagger.kube import CONFIGMAPS, ApiError, RestClient
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_LINES = 20
+"""The last lines of the process's output kept for the kubelet's log."""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    exit_code: int
+    output: tuple[str, ...] = ()
+    config_error: str | None = None
+    """The container could not be created (CreateContainerConfigError): the process did not run."""
+
+
+class LaunchGate:
+    """Spreads out process launches on this machine, shared by all simulated nodes.
+
+    Every node of the simulated cluster runs its init clients on the same few real cores. Launched all at
+    once, they would share those cores fairly and all finish starting up late together, so the first
+    grants (and the whole staggered run) would be delayed by a cost a real cluster spreads over its
+    nodes. The gate lets at most ``concurrency`` processes be in their first ``hold_seconds`` (the
+    interpreter's start-up) at a time, oldest first; a process that exits earlier frees its place.
+    """
+
+    def __init__(self, *, concurrency: int, hold_seconds: float) -> None:
+        self._slots = asyncio.Semaphore(concurrency)
+        self._hold = hold_seconds
+
+    async def enter(self) -> Callable[[], None]:
+        """Wait for a place; returns the (idempotent) release, which also happens by itself after the hold."""
+        await self._slots.acquire()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                timer.cancel()
+                self._slots.release()
+
+        timer = asyncio.get_running_loop().call_later(self._hold, release)
+        return release
+
+
+@dataclass(frozen=True)
+class InitClientRunner:
+    """Runs one node's init client containers as processes of this machine."""
+
+    client: RestClient
+    node_name: str
+    node_ip: str
+    python: str
+    nice: int
+    """Niceness of the processes (0: same priority as the simulator)."""
+    timeout_seconds: float
+    """Wall time a process may run before it is killed (exit 137)."""
+    stop_timeout_seconds: float
+    """Wall time between SIGTERM and SIGKILL when a process is stopped."""
+    launch_gate: LaunchGate | None = None
+
+    async def run(
+        self,
+        pod: Mapping[str, Any],
+        container: Mapping[str, Any],
+        *,
+        pod_ip: str,
+        on_started: Callable[[asyncio.subprocess.Process], None],
+    ) -> InitResult:
+        """Resolve the container's environment, then run the process to its end; ``on_started`` gets the
+        process as soon as it exists (so that it can be stopped). Cancelling stops the process too."""
+        configmaps = await self._configmaps(pod, container)
+        try:
+            env = resolve_env(
+                container,
+                pod,
+                node_name=self.node_name,
+                host_ip=self.node_ip,
+                pod_ip=pod_ip,
+                configmaps=configmaps,
+            )
+        except EnvError as exc:
+            return InitResult(exit_code=0, config_error=str(exc))
+        args = initclient_args(command_line(container, env))
+        release = await self.launch_gate.enter() if self.launch_gate is not None else None
+        try:
+            return await self._spawn(pod, args=args, env=env, on_started=on_started)
+        finally:
+            if release is not None:
+                release()
+
+    async def _configmaps(
+        self, pod: Mapping[str, Any], container: Mapping[str, Any]
+    ) -> dict[str, dict[str, str]]:
+        """The data of the ConfigMaps the container's environment refers to (missing ones left out)."""
+        found: dict[str, dict[str, str]] = {}
+        for cm_name in configmap_refs(container):
+            try:
+                cm = await self.client.get(CONFIGMAPS, name=cm_name, namespace=namespace_of(pod))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            found[cm_name] = {str(k): str(v) for k, v in (cm.get("data") or {}).items()}
+        return found
+
+    async def _spawn(
+        self,
+        pod: Mapping[str, Any],
+        *,
+        args: list[str],
+        env: Mapping[str, str],
+        on_started: Callable[[asyncio.subprocess.Process], None],
+    ) -> InitResult:
+        proc = await asyncio.create_subprocess_exec(
+            self.python,
+            "-m",
+            "initclient",
+            *args,
+            env=process_env(env, hostname=name_of(pod)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        on_started(proc)
+        if self.nice:
+            # The simulated nodes share this machine's cores: the init clients' start-up must not starve
+            # the simulator (whose lateness would show up as simulated time).
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, self.nice)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=self.timeout_seconds)
+        except TimeoutError:
+            logger.warning("%s: init client of %s ran too long; killing it", self.node_name, cache_key(pod))
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return InitResult(exit_code=137, output=("killed: ran longer than the kubelet allows",))
+        finally:
+            if proc.returncode is None:  # cancelled: do not leave the process behind
+                await stop_process(proc, grace=self.stop_timeout_seconds)
+        lines = tuple(out.decode(errors="replace").splitlines()[-OUTPUT_LINES:])
+        code = proc.returncode if proc.returncode is not None else 137
+        return InitResult(exit_code=code if code >= 0 else 128 - code, output=lines)
+
+
+def process_env(env: Mapping[str, str], *, hostname: str) -> dict[str, str]:
+    """A container's environment: its own variables, plus what a Python process on this machine needs to
+    find the interpreter and the project (a real container image has these built in)."""
+    result = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")}
+    spec = importlib.util.find_spec("initclient")
+    paths = [str(Path(p).parent) for p in (spec.submodule_search_locations or [])] if spec else []
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    if paths:
+        result["PYTHONPATH"] = os.pathsep.join(paths)
+    result["HOSTNAME"] = hostname
+    result.update(env)
+    return result
+
+
+async def stop_process(proc: asyncio.subprocess.Process, *, grace: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout=grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
