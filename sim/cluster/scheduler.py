@@ -45,7 +45,6 @@ class Scheduler:
         self.settings = settings
         self.client = client
         self.clock = clock
-        self.bindings = 0
         self.pods = Informer(client=client, resource=PODS, settings=settings.informer)
         self.nodes = Informer(client=client, resource=NODES, settings=settings.informer)
         self._wake = asyncio.Event()
@@ -88,7 +87,6 @@ class Scheduler:
                     await self.client.bind(
                         namespace=decision.namespace, name=decision.name, node=decision.node
                     )
-                    self.bindings += 1
                     # Assume the binding until the watch confirms it, so the next pass counts this pod.
                     assumed = copy.deepcopy(pod)
                     assumed.setdefault("spec", {})["nodeName"] = decision.node

@@ -288,22 +288,3 @@ def advance(node: NodeModel, *, until: float) -> tuple[NodeModel, list[ModelEven
             events.append(event)
         peak = max(peak, sum(1 for c in containers.values() if c.phase == "starting"))
     return replace(node, now=max(node.now, until), containers=containers, peak_starting=peak), events
-
-
-def simulate_burst(
-    *, count: int, cores: float, spec: ContainerSpec, settings: ModelSettings, deadline: float
-) -> tuple[float | None, int]:
-    """Start ``count`` identical containers at once on one node; returns (time all Ready, restarts).
-
-    The time is None when they are not all Ready by ``deadline``. A quick what-if for scenarios.
-    """
-    node = NodeModel(cores=cores, settings=settings)
-    for i in range(count):
-        node = start_container(node, key=f"c{i}", spec=spec)
-    while True:
-        t = next_event_at(node)
-        if t is None or t > deadline:
-            return None, sum(c.restarts for c in node.containers.values())
-        node, _ = advance(node, until=t)
-        if all(c.phase == "running" for c in node.containers.values()):
-            return node.now, sum(c.restarts for c in node.containers.values())

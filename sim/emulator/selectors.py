@@ -222,23 +222,6 @@ def parse_label_selector(text: str) -> LabelSelector:
     return _LabelParser(text).parse()
 
 
-def format_label_selector(selector: LabelSelector) -> str:
-    parts: list[str] = []
-    for r in selector.requirements:
-        values = sorted(r.values)
-        if r.op == "exists":
-            parts.append(r.key)
-        elif r.op == "!":
-            parts.append(f"!{r.key}")
-        elif r.op in ("in", "notin") and len(values) == 1:
-            parts.append(f"{r.key}{'=' if r.op == 'in' else '!='}{values[0]}")
-        elif r.op in ("in", "notin"):
-            parts.append(f"{r.key} {r.op} ({','.join(values)})")
-        else:
-            parts.append(f"{r.key}{'>' if r.op == 'gt' else '<'}{values[0]}")
-    return ",".join(parts)
-
-
 # ------------------------------------------------------------------------------ metav1.LabelSelector objects
 
 _EXPRESSION_OPS: dict[str, Operator] = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}

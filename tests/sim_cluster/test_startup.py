@@ -19,7 +19,6 @@ from sim.cluster.startup import (
     next_event_at,
     per_container_rate,
     remove_container,
-    simulate_burst,
     start_container,
     starting_count,
 )
@@ -143,6 +142,25 @@ def test_cannot_go_back_in_time_or_start_twice() -> None:
     node = start_container(node, key="a", spec=ContainerSpec())
     with pytest.raises(ValueError, match="already"):
         start_container(node, key="a", spec=ContainerSpec())
+
+
+def simulate_burst(
+    *, count: int, cores: float, spec: ContainerSpec, settings: ModelSettings, deadline: float
+) -> tuple[float | None, int]:
+    """Start ``count`` identical containers at once on one node; returns (time all Ready, restarts).
+
+    The time is None when they are not all Ready by ``deadline``. A quick what-if for scenarios.
+    """
+    node = NodeModel(cores=cores, settings=settings)
+    for i in range(count):
+        node = start_container(node, key=f"c{i}", spec=spec)
+    while True:
+        t = next_event_at(node)
+        if t is None or t > deadline:
+            return None, sum(c.restarts for c in node.containers.values())
+        node, _ = advance(node, until=t)
+        if all(c.phase == "running" for c in node.containers.values()):
+            return node.now, sum(c.restarts for c in node.containers.values())
 
 
 def test_the_herd_storms_without_stagger_and_not_with_two_at_a_time() -> None:
