@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint typecheck layers unit bench demo tools clean control-plane
+.PHONY: venv run test test-fast lint typecheck layers unit bench demo tools clean control-plane
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -43,6 +43,9 @@ unit: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: lint typecheck layers unit
+
+test-fast: lint typecheck layers ## the same checks, and only the pure tests (no server, no process): seconds
+	$(VENV)/bin/pytest -m "not slow and not e2e" $(PYTEST_ARGS)
 
 demo: venv ## the herd demo: 60 pods on 4 simulated nodes, without and with stagger; writes out/herd-timeline.png
 	$(PY) -m sim herd --out out

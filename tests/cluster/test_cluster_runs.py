@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sim.cluster.controllers import ControllerSettings
 from sim.cluster.objects import is_terminating, name_of, node_name_of
 from sim.cluster.scenario import NodePool, StaggerConfig, Workload, workload_manifest
@@ -13,7 +15,9 @@ from stagger.informer import InformerSettings
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, ApiError
 from stagger.objects import condition_true
 from stagger.podstate import is_pod_ready
-from tests.sim_cluster.helpers import eventually, list_items
+from tests.cluster.helpers import eventually, list_items
+
+pytestmark = pytest.mark.e2e
 
 IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 

@@ -1,6 +1,5 @@
-"""The command line (`python -m sim apiserver --listen HOST:PORT --kubeconfig FILE`): it announces its
-URL, writes a kubeconfig the official client loads, serves, and exits 0 on SIGTERM; bad flags exit 2.
-Also the library kubeconfig shape (cluster/user/context "sim")."""
+"""`python -m sim apiserver --listen HOST:PORT --kubeconfig FILE` as a process: it announces its URL, writes
+a kubeconfig the official client loads, serves, and exits 0 on SIGTERM; bad flags exit 2."""
 
 from __future__ import annotations
 
@@ -11,24 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 from kubernetes import client, config
-
-from sim.emulator.server import ApiServerThread
-
-
-def test_kubeconfig_names_everything_sim(server: ApiServerThread, tmp_path: Path) -> None:
-    path = tmp_path / "kc"
-    server.write_kubeconfig(path)
-    loaded = yaml.safe_load(path.read_text())
-    assert loaded["current-context"] == "sim"
-    assert loaded["clusters"] == [{"name": "sim", "cluster": {"server": server.url}}]
-    assert loaded["users"] == [{"name": "sim", "user": {"token": "sim"}}]
-    assert loaded["contexts"][0]["name"] == "sim"
-    assert (
-        loaded["contexts"][0]["context"]["cluster"] == "sim"
-        and loaded["contexts"][0]["context"]["user"] == "sim"
-    )
 
 
 def test_command_line_serves_until_sigterm(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sim.emulator.patch import merge_patch, strategic_merge_patch
 from sim.emulator.schema import Schemas
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 POD = "io.k8s.api.core.v1.Pod"
 PODS = "/api/v1/namespaces/default/pods"

@@ -6,8 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
+
 from sim.cli.herd import run_once
 from sim.cluster.scenario import NodePool, Scenario, load_scenario
+
+pytestmark = pytest.mark.e2e
 
 
 def scaled_herd() -> Scenario:

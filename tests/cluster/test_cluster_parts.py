@@ -1,4 +1,4 @@
-"""Cluster building blocks without an API server: node manifests, CLI settings, lockd processes, clock, herd output."""
+"""Cluster building blocks without an API server: node manifests, lockd processes, clock, launch gate, herd output."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sim.cli.cluster import parse_cli
 from sim.cluster.clock import SimClock
 from sim.cluster.herd import RunResult, as_json, format_table, plot
 from sim.cluster.initproc import LaunchGate
 from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
 from sim.cluster.placement import node_info
-from sim.cluster.scenario import NodePool, ScenarioError
+from sim.cluster.scenario import NodePool
 from sim.cluster.simcluster import node_manifests
 
 
@@ -43,52 +42,6 @@ def test_node_manifests_look_like_a_registered_node() -> None:
     assert (info.allocatable.cpu_millis, info.ready) == (2500, True)
 
 
-def test_cli_settings_override_the_scenario(tmp_path: Path) -> None:
-    policies = tmp_path / "p.yaml"
-    policies.write_text("nodePolicies: []\n")
-    settings, level = parse_cli(
-        [
-            "--nodes",
-            "3",
-            "--cores",
-            "8",
-            "--stagger",
-            "--policies",
-            str(policies),
-            "--host-port",
-            "0",
-            "--time-scale",
-            "5",
-            "--log-level",
-            "debug",
-        ]
-    )
-    c = settings.cluster
-    assert (c.nodes.count, c.nodes.cores, c.time_scale, level) == (3, 8.0, 5.0, "debug")
-    assert (c.stagger.enabled, c.stagger.host_port, c.stagger.policies) == (True, 0, "nodePolicies: []\n")
-    assert settings.scenario is None
-    herd, _ = parse_cli(
-        ["--scenario", str(Path(__file__).parents[2] / "sim" / "cluster" / "scenarios" / "herd.yaml")]
-    )
-    assert herd.scenario is not None and herd.cluster.nodes.count == 4
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        pytest.param(["--nodes", "0"], "--nodes", id="nodes"),
-        pytest.param(["--cores", "-1"], "--cores", id="cores"),
-        pytest.param(["--time-scale", "0"], "--time-scale", id="scale"),
-        pytest.param(["--host-port", "99999"], "--host-port", id="port"),
-        pytest.param(["--policies", "/nonexistent/p.yaml"], "--policies", id="policies"),
-        pytest.param(["--duration", "0"], "--duration", id="duration"),
-    ],
-)
-def test_bad_cli_input_is_named(argv: list[str], message: str) -> None:
-    with pytest.raises(ScenarioError, match=message):
-        parse_cli(argv)
-
-
 def test_sim_clock_scales_time() -> None:
     now = [100.0]
     clock = SimClock(
@@ -102,6 +55,7 @@ def test_sim_clock_scales_time() -> None:
         SimClock(time_scale=0)
 
 
+@pytest.mark.slow  # real lockd processes
 async def test_lockd_processes_serve_on_node_addresses_and_stop(tmp_path: Path) -> None:
     policies = tmp_path / "p.yaml"
     policies.write_text("nodePolicies:\n- name: demo\n  throttleConfig: {maxConcurrent: {value: 1}}\n")
@@ -144,6 +98,7 @@ async def test_lockd_processes_serve_on_node_addresses_and_stop(tmp_path: Path) 
     assert all(p.returncode is not None for p in procs)
 
 
+@pytest.mark.slow  # real lockd processes
 async def test_a_lockd_that_cannot_start_is_reported(tmp_path: Path) -> None:
     bad = tmp_path / "p.yaml"
     bad.write_text("nodePolicies: [{throttleConfig: {maxConcurrent: {value: -3}}}]\n")

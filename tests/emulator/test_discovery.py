@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client, dynamic
 
 from sim.emulator.resources import RESOURCE_TYPES
-from tests.sim_apiserver.conftest import Http
+from tests.emulator.conftest import Http
 
 
 def test_core_discovery(http: Http) -> None:

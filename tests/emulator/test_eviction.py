@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from sim.emulator.disruption import budget, scaled
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"

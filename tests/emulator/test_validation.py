@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sim.emulator.validation import POD_UPDATE_FORBIDDEN
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
 MERGE = "application/merge-patch+json"

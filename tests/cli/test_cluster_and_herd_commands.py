@@ -12,6 +12,8 @@ import yaml
 
 from sim.cli import cluster, herd
 
+pytestmark = pytest.mark.e2e
+
 TINY = {
     "name": "tiny",
     "timeScale": 10,

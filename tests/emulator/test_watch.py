@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from sim.emulator.selectors import parse_label_selector
 from sim.emulator.server import ApiServer, ApiServerSettings, ApiServerThread
 from sim.emulator.store import StoredEvent, Watcher
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 
 def events(response: requests.Response) -> Iterator[dict[str, Any]]:

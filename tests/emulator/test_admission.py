@@ -15,8 +15,8 @@ import pytest
 import trustme
 
 from sim.emulator.server import ApiServer, ApiServerSettings
-from tests.sim_apiserver.conftest import pod
-from tests.sim_apiserver.webhook_server import (
+from tests.emulator.conftest import pod
+from tests.emulator.webhook_server import (
     WebhookServer,
     allow,
     configuration,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sim.emulator.table import human_duration, pod_status_reason
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 

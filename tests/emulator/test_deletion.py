@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sim.emulator.server import ApiServerSettings
 from stagger.timestamps import parse_rfc3339
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
 

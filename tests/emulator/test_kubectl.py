@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim.emulator.server import ApiServerSettings, ApiServerThread
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 from tests.tools import ROOT, tool
 
 

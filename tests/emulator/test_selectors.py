@@ -15,7 +15,7 @@ from sim.emulator.selectors import (
     parse_label_selector,
     selector_from_object,
 )
-from tests.sim_apiserver.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, pod
 
 LABELS = {"app": "web", "tier": "front", "version": "3"}
 

@@ -3,7 +3,7 @@ across pages, selectors combined with pages, and a clear 400 for a corrupt conti
 
 from __future__ import annotations
 
-from tests.sim_apiserver.conftest import Core, Http
+from tests.emulator.conftest import Core, Http
 
 
 def test_pages_cover_everything_once_in_key_order(core: Core) -> None:

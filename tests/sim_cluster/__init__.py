@@ -1,1 +1,0 @@
-"""Tests of the simulated cluster (sim/ part 2): start-up model, scheduler, controllers, kubelet, herd demo."""
