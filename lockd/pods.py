@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagger.names import Names
-from stagger.podstate import is_pod_ready
+from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase
 from stagger.timestamps import parse_rfc3339
 
 Pod = Mapping[str, Any]
@@ -25,15 +25,14 @@ def key_of(pod: Pod) -> tuple[str, str]:
     return str(m.get("namespace") or ""), str(m.get("name") or "")
 
 
-def phase(pod: Pod) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
+phase = pod_phase
 
 
 def stage(pod: Pod | None) -> Stage:
     """Where a pod is in its start-up, as far as a slot is concerned."""
     if pod is None or meta(pod).get("deletionTimestamp"):
         return "deleted"
-    if phase(pod) in ("Succeeded", "Failed"):
+    if is_pod_finished(pod):
         return "finished"
     if is_pod_ready(pod):
         return "ready"
