@@ -1,0 +1,199 @@
+"""A process's command-line options as one table: each option is read from its flag or, failing that, from
+its `STAGGER_...` environment variable, and its text is parsed by the row's parser.
+
+A process (lockd, the controller) describes every option once, as an `Option` row: its flag, the
+variables it may also come from, its help and how its text is read. The argparse parser (whose help shows
+each option's variables), the environment lookup and the parsing all come from those rows, so a new
+option is one line. Flags win over environment variables, which win over the defaults (the process's own
+settings dataclass). Every problem is a `SettingsError` whose message starts with the flag or the
+variable the bad text came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from stagger import addresses, durations
+from stagger.names import Names
+
+__all__ = [
+    "Option",
+    "Parse",
+    "SettingsError",
+    "boolean",
+    "build_parser",
+    "file_path",
+    "host_port",
+    "http_url",
+    "key_values",
+    "label_prefix",
+    "one_of",
+    "read_options",
+    "seconds",
+    "text",
+    "whole",
+]
+
+
+class SettingsError(ValueError):
+    """A flag or environment variable that cannot be used; the message names it."""
+
+
+Parse = Callable[[str, str], Any]
+"""How an option's text is read: (text, the flag or variable it came from) -> value, or SettingsError."""
+
+
+# --- how option texts are read -------------------------------------------------------------------------
+
+
+def boolean(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"", "0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{name}: expected true or false (got {text!r})")
+
+
+def host_port(text: str, name: str) -> tuple[str, int]:
+    try:
+        return addresses.parse_host_port(text, name=name)
+    except ValueError as err:
+        raise SettingsError(str(err)) from err
+
+
+def key_values(text: str, name: str) -> tuple[tuple[str, str], ...]:
+    """`k=v,k2=v2` as pairs (empty items are skipped)."""
+    pairs: list[tuple[str, str]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"{name}: expected key=value[,key=value] (got {item!r})")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def whole(minimum: int, *, maximum: int | None = None) -> Parse:
+    def parse(text: str, name: str) -> int:
+        if not text.isascii() or not text.isdigit() or int(text) < minimum:
+            raise SettingsError(f"{name}: expected a whole number of at least {minimum} (got {text!r})")
+        if maximum is not None and int(text) > maximum:
+            raise SettingsError(f"{name}: must be at most {maximum} (got {text!r})")
+        return int(text)
+
+    return parse
+
+
+def seconds(*, at_most: float | None = None) -> Parse:
+    """A duration (`5s`, `1m30s`, or plain seconds), greater than 0 and at most `at_most`."""
+
+    def parse(text: str, name: str) -> float:
+        try:
+            value = durations.parse_duration(text, path=name)
+        except ValueError as err:
+            raise SettingsError(str(err)) from err
+        if value <= 0:
+            raise SettingsError(f"{name}: must be greater than 0s (got {text!r})")
+        if at_most is not None and value > at_most:
+            raise SettingsError(
+                f"{name}: must be at most {durations.format_duration(at_most)} (got {text!r})"
+            )
+        return value
+
+    return parse
+
+
+def file_path(text: str, name: str) -> Path:
+    return Path(text)
+
+
+def text(text: str, name: str) -> str:
+    return text
+
+
+def one_of(*choices: str) -> Parse:
+    """One of `choices`, case-insensitive; returned in lower case."""
+
+    def parse(text: str, name: str) -> str:
+        if text.lower() not in choices:
+            raise SettingsError(f"{name}: must be {' or '.join(choices)} (got {text!r})")
+        return text.lower()
+
+    return parse
+
+
+def label_prefix(text: str, name: str) -> str:
+    """The label/annotation prefix of `stagger.names.Names`."""
+    try:
+        Names(text)
+    except ValueError as err:
+        raise SettingsError(f"--{err}") from err
+    return text
+
+
+def http_url(text: str, name: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise SettingsError(f"{name}: must start with http:// or https:// (got {text!r})")
+    return text
+
+
+# --- the table ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    envs: tuple[str, ...]
+    dest: str  # where the value goes in the dict `read_options` returns
+    help: str
+    parse: Parse
+    metavar: str | None = None  # None: a switch (flag without a value; its variable takes true/false)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise SettingsError(message)
+
+
+def build_parser(
+    options: Sequence[Option], *, prog: str, description: str, epilog: str | None = None
+) -> argparse.ArgumentParser:
+    """The argparse parser of `options`: each help line ends with the option's variables; a bad command
+    line raises SettingsError (it does not exit). `--help` prints and exits as usual."""
+    parser = _Parser(prog=prog, description=description, epilog=epilog)
+    for option in options:
+        shown = f"{option.help} [{' or '.join(option.envs)}]"
+        if option.metavar is None:
+            parser.add_argument(option.flag, dest=option.dest, action="store_true", default=None, help=shown)
+        else:
+            parser.add_argument(option.flag, dest=option.dest, metavar=option.metavar, help=shown)
+    return parser
+
+
+def read_options(
+    parser: argparse.ArgumentParser,
+    options: Sequence[Option],
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+) -> dict[str, Any]:
+    """The parsed value of every option given, by `dest`: from its flag, else from the first of its
+    variables that is set and not empty. Options given neither way are absent (the caller's defaults
+    apply). Raises SettingsError naming the flag or variable of a bad value."""
+    args = vars(parser.parse_args(list(argv)))
+    values: dict[str, Any] = {}
+    for option in options:
+        given = args.get(option.dest)
+        if given is True and option.metavar is None:
+            values[option.dest] = True
+            continue
+        if given is not None:
+            values[option.dest] = option.parse(given, option.flag)
+            continue
+        env = next((name for name in option.envs if environ.get(name)), None)
+        if env is not None:
+            values[option.dest] = option.parse(environ[env], env)
+    return values
