@@ -1,0 +1,170 @@
+"""Serving a stagger process's aiohttp apps: listening sockets, slow and broken clients, signals and
+graceful shutdown. lockd and the controller both serve through this.
+
+Their ports face whole clusters (lockd's a host port every pod of the node can reach), so the server
+itself is hardened:
+- a connection must send a whole request within `header_timeout` (aiohttp's keep-alive timer, which
+  also runs from the moment a connection is made), so a slow client cannot hold connections open;
+- a request whose connection closes is cancelled (aiohttp's handler cancellation): a long-polling waiter
+  that went away stops at once;
+- malformed HTTP gets a JSON 400 like every other error, and one warning line in the log, not a
+  traceback (aiohttp answers it before any handler or middleware runs, so its error handler is replaced).
+
+`serve` starts one or more listeners (an app on an address, with TLS or without), then on SIGTERM or
+SIGINT stops them all together, each finishing its requests within its runner's shutdown timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+__all__ = ["ListenError", "Listener", "Runner", "make_runner", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+class _JsonErrorHandler(RequestHandler):
+    owner = "the server"
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            # A bug in the process, not a bad client: keep the traceback.
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+            reason = f"internal error (see {self.owner}'s log)"
+        else:
+            detail = (message or str(exc) or "malformed request")[:200]
+            logger.warning("malformed HTTP request from %s: %r", request.remote, detail)
+            reason = f"malformed HTTP request: {detail}"
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was already started; cannot send the error")
+        response = web.json_response({"error": reason}, status=status)
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    owner = "the server"
+
+    def __call__(self) -> RequestHandler:
+        handler = _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+        handler.owner = self.owner
+        return handler
+
+
+class Runner(web.AppRunner):
+    """An AppRunner whose connections answer malformed HTTP with JSON (see the module docstring).
+    `owner` names the process in the reason of a 500 ("see lockd's log")."""
+
+    def __init__(self, app: web.Application, *, owner: str = "the server", **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._owner = owner
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _JsonErrorServer
+        cast(_JsonErrorServer, server).owner = self._owner
+        return server
+
+
+def make_runner(
+    app: web.Application,
+    *,
+    header_timeout: float,
+    shutdown_timeout: float,
+    access_log: logging.Logger | None,
+    owner: str = "the server",
+) -> Runner:
+    return Runner(
+        app,
+        owner=owner,
+        handler_cancellation=True,
+        keepalive_timeout=header_timeout,
+        shutdown_timeout=shutdown_timeout,
+        access_log=access_log,
+    )
+
+
+class ListenError(OSError):
+    """The address cannot be served (in use, not ours); the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One app served on one address; with `ssl_context`, over TLS."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+    ssl_context: ssl.SSLContext | None = None
+
+    def bound(self) -> tuple[str, int]:
+        """The address actually listened on (port 0 asks the system for a free port); after `serve` started."""
+        address = self.runner.addresses[0]
+        return str(address[0]), int(address[1])
+
+
+async def _start(listener: Listener) -> None:
+    site = web.TCPSite(
+        listener.runner, listener.host, listener.port, ssl_context=listener.ssl_context, reuse_address=True
+    )
+    try:
+        await site.start()
+    except OSError as err:
+        raise ListenError(
+            err.errno, f"cannot listen on {listener.host}:{listener.port}: {err.strerror or err}"
+        ) from err
+
+
+async def _cleanup(listeners: Sequence[Listener]) -> None:
+    # Together: the shutdown takes as long as the slowest runner's timeout, not their sum.
+    await asyncio.gather(*(listener.runner.cleanup() for listener in listeners))
+
+
+async def serve(
+    *listeners: Listener,
+    started: Callable[[], object] | None = None,
+    stopping: str = "stopping",
+) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully within the runners' shutdown timeout;
+    `started` is called once every listener listens, `stopping` is logged on the signal.
+
+    Raises ListenError if an address cannot be bound (nothing is left running then)."""
+    running: list[Listener] = []
+    try:
+        for listener in listeners:
+            await listener.runner.setup()
+            running.append(listener)
+            await _start(listener)
+    except BaseException:
+        await _cleanup(running)
+        raise
+    if started is not None:
+        started()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+        logger.info("%s", stopping)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signum)
+        await _cleanup(running)
