@@ -3,7 +3,8 @@
 
 Covers: never more holders (granted or reserved) than the limit; grants in first-come-first-served order
 among pods not stepping aside; re-asking while holding is idempotent; expiry frees exactly the expired
-slots; idle waiters leave the queue.
+slots; idle waiters leave the queue; waiters leaving from any place; the queue's indexes (positions, the
+head to wake) always agree with the arrival order.
 """
 
 from __future__ import annotations
@@ -114,6 +115,27 @@ class LedgerMachine(RuleBasedStateMachine):
         idle = self.ledger.prune_waiters(self.now)
         for waiter in idle:
             self.arrivals.remove((waiter.namespace, waiter.name))
+
+    @precondition(lambda self: bool(self.arrivals))
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        """A waiter hangs up or asks to leave (DELETE): it leaves the queue, whatever its place."""
+        key = data.draw(st.sampled_from(self.arrivals))
+        if key in self.ledger.slots:
+            return  # finishing its grant: the service never removes such a waiter
+        assert self.ledger.leave_queue(key) is not None
+        self.arrivals.remove(key)
+        # Asking again later is a new wait: no place kept, no stepping aside carried over.
+        self.blocked.pop(key, None)
+        assert self.ledger.position(key) is None
+
+    @invariant()
+    def the_head_is_the_oldest_eligible_waiter(self) -> None:
+        if hasattr(self, "ledger"):
+            eligible = self._eligible()
+            assert self.ledger.heads(self.now) == eligible[:1]
+            for index, pod in enumerate(self.arrivals, start=1):
+                assert self.ledger.position(pod) == index
 
     @invariant()
     def never_more_holders_than_the_limit(self) -> None:
