@@ -1,0 +1,94 @@
+"""`python -m webhook`: start the controller (admission over TLS, probes over plain HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from stagger import policy, serving
+from webhook import app as controller_app
+from webhook.settings import Settings, SettingsError, parse_settings
+from webhook.tls import CertificateError
+from webhook.token import TokenError
+
+
+def banner(settings: Settings, main: serving.Listener, probes: serving.Listener) -> str:
+    scheme = "https" if settings.tls else "http"
+    host, port = main.bound()
+    probe_host, probe_port = probes.bound()
+    return (
+        f"webhook: admission on {scheme}://{host}:{port}/mutate/pods, status on {scheme}://{host}:{port}/status, "
+        f"probes on http://{probe_host}:{probe_port} (/healthz /readyz /metrics)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
+    except SettingsError as err:
+        print(f"webhook: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        application = controller_app.make_app(settings)
+    except policy.PolicyError as err:
+        print(f"webhook: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
+        return 2
+    except CertificateError as err:
+        print(f"webhook: --tls-cert/--tls-key: {err}", file=sys.stderr)
+        return 2
+    except TokenError as err:
+        print(f"webhook: --token-file: {err}", file=sys.stderr)
+        return 2
+    access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
+    certificate = application.get(controller_app.CERTIFICATE)
+    main_listener = serving.Listener(
+        serving.make_runner(
+            application,
+            header_timeout=settings.header_timeout,
+            shutdown_timeout=settings.shutdown_timeout,
+            access_log=access_log,
+            owner="the controller",
+        ),
+        settings.host,
+        settings.port,
+        ssl_context=certificate.context if certificate is not None else None,
+    )
+    probe_listener = serving.Listener(
+        serving.make_runner(
+            controller_app.make_probe_app(application),
+            header_timeout=settings.header_timeout,
+            shutdown_timeout=settings.shutdown_timeout,
+            access_log=access_log,
+            owner="the controller",
+        ),
+        settings.probe_host,
+        settings.probe_port,
+    )
+    try:
+        asyncio.run(
+            serving.serve(
+                main_listener,
+                probe_listener,
+                started=lambda: print(
+                    banner(settings, main_listener, probe_listener), file=sys.stderr, flush=True
+                ),
+                stopping="stopping: finishing the requests in flight, then closing",
+            )
+        )
+    except serving.ListenError as err:
+        print(f"webhook: {err.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""The controller's aiohttp applications: the TLS app (admission, `/status`) and the plain probe app
+(`/healthz`, `/readyz`, `/metrics`).
+
+Admission (`POST /mutate/pods`) is `webhook.admission.review` over HTTP: it needs no state and no API
+call, so every replica answers it, leader or not. It never denies a pod: a body that is not an
+AdmissionReview gets 400 (413 over `--max-body`) with `{"error": reason}`, and an internal error admits
+the pod unchanged with a warning, is counted (`result="error"`) and logged (with its traceback the first
+time). Every answer carries `X-Stagger-Admission-Ms`, the time spent in the handler.
+
+The policy file, the serving certificate and the token file are checked for changes every
+`--reload-interval`; a bad new version is reported and the last good one stays.
+
+Later parts (the group grant service, leader election, the gate reconciler) plug in with
+`app.cleanup_ctx` (their background work), `app.router` (their routes), `READINESS` (a reason not to be
+ready) and `STATUS_SECTIONS` (their part of `/status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from stagger.names import Names
+from stagger.policy import PolicyFile, StaggeringPolicy
+from webhook import admission, status, wire
+from webhook.metrics import ADMISSION_RESULTS, Metrics
+from webhook.policies import PolicyState
+from webhook.settings import Settings
+from webhook.tls import ServingCertificate
+from webhook.token import TokenFile
+
+__all__ = [
+    "ADMISSION",
+    "CERTIFICATE",
+    "METRICS",
+    "POLICY",
+    "READINESS",
+    "SETTINGS",
+    "STATUS_SECTIONS",
+    "TOKEN",
+    "Admission",
+    "check_files",
+    "make_app",
+    "make_probe_app",
+]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ReadinessCheck = Callable[[web.Application], str | None]
+"""A reason the controller is not ready, or None."""
+StatusSection = Callable[[web.Application], tuple[str, dict[str, Any]]]
+"""A part's section of `/status`: (key, JSON object)."""
+
+TIMING_HEADER = "X-Stagger-Admission-Ms"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a review needs, replaced as a whole when the policy file is reloaded."""
+
+    policies: tuple[StaggeringPolicy, ...]
+    names: Names
+    inject: admission.InjectSettings
+
+    @classmethod
+    def build(cls, settings: Settings, policy_file: PolicyFile) -> Admission:
+        return cls(
+            policies=policy_file.staggering_policies,
+            names=Names(settings.prefix),
+            inject=admission.InjectSettings(
+                image=settings.image,
+                lockd_port=settings.lockd_port,
+                max_wait=admission.max_wait_for(policy_file),
+            ),
+        )
+
+
+@dataclass
+class Lifecycle:
+    started_at: float = field(default_factory=time.time)
+    closing: bool = False
+
+
+@dataclass
+class InternalErrors:
+    """Internal errors of admission: the first of each kind (exception type and where it was raised) is
+    logged with its traceback, later ones in one line with their count."""
+
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def report(self, error: Exception, *, what: str) -> None:
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        kind = f"{type(error).__name__} at {where}"
+        count = self.seen.get(kind, 0) + 1
+        if len(self.seen) < 1000 or kind in self.seen:
+            self.seen[kind] = count
+        if count == 1:
+            logger.error(
+                "internal error admitting %s; the pod is admitted unchanged (later errors of this kind are "
+                "logged in one line)",
+                what,
+                exc_info=error,
+            )
+        else:
+            logger.error(
+                "internal error admitting %s (%s, %d times); the pod is admitted unchanged: %s",
+                what,
+                kind,
+                count,
+                error,
+            )
+
+
+SETTINGS = web.AppKey("settings", Settings)
+POLICY = web.AppKey("policy", PolicyState)
+ADMISSION = web.AppKey("admission", Admission)
+CERTIFICATE = web.AppKey("certificate", ServingCertificate)  # absent with --insecure-http
+TOKEN = web.AppKey("token", TokenFile)  # absent without --token-file
+METRICS = web.AppKey("metrics", Metrics)
+COUNTS: web.AppKey[dict[str, int]] = web.AppKey("admission_counts")
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+ERRORS = web.AppKey("internal_errors", InternalErrors)
+READINESS: web.AppKey[list[ReadinessCheck]] = web.AppKey("readiness")
+STATUS_SECTIONS: web.AppKey[list[StatusSection]] = web.AppKey("status_sections")
+CONTROLLER = web.AppKey("controller", web.Application)  # the probe app's view of the TLS app
+
+
+def _json_error(status_code: int, message: str, *, headers: Mapping[str, str] | None = None) -> web.Response:
+    body: wire.ErrorBody = {"error": message}
+    return web.json_response(body, status=status_code, headers=headers)
+
+
+# --- admission ----------------------------------------------------------------------------------------
+
+
+def _what(body: object) -> str:
+    """`namespace/name (uid ...)` of the pod in a review, for the log; never raises."""
+    request = body.get("request") if isinstance(body, Mapping) else None
+    if not isinstance(request, Mapping):
+        return "a review"
+    pod = request.get("object")
+    metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
+    name = request.get("name") or (
+        (metadata.get("name") or f"{metadata.get('generateName', '')}*")
+        if isinstance(metadata, Mapping)
+        else "?"
+    )
+    return f"pod {request.get('namespace', '?')}/{name} (request {request.get('uid', '?')})"
+
+
+def _answer(request: web.Request, began: float, code: int, body: object, result: str) -> web.Response:
+    app = request.app
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    elapsed = time.perf_counter() - began
+    app[METRICS].admissions.labels(result=result).inc()
+    app[METRICS].admission_seconds.observe(elapsed)
+    app[COUNTS][result] += 1
+    return web.Response(
+        status=code,
+        body=payload,
+        content_type="application/json",
+        headers={TIMING_HEADER: f"{elapsed * 1000:.3f}"},
+    )
+
+
+def _bad_request(request: web.Request, began: float, code: int, reason: str) -> web.Response:
+    logger.warning("bad admission request from %s: %s", request.remote, reason)
+    return _answer(request, began, code, {"error": reason}, "bad_request")
+
+
+async def mutate_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
+    began = time.perf_counter()
+    app = request.app
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _bad_request(
+            request, began, 413, f"request body too large: at most {app[SETTINGS].max_body} bytes"
+        )
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        return _bad_request(request, began, 400, "the body is not an AdmissionReview: nested too deeply")
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        return _bad_request(request, began, 400, f"the body is not JSON: {err}")
+    current = app[ADMISSION]
+    errors: list[Exception] = []
+    code, answer = admission.review(
+        body,
+        policies=current.policies,
+        names=current.names,
+        settings=current.inject,
+        internal_errors=errors,
+    )
+    if code != 200:
+        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
+    for error in errors:
+        app[ERRORS].report(error, what=_what(body))
+    response = cast(wire.ReviewOut, answer)["response"]
+    result = "error" if errors else "mutated" if "patch" in response else "allowed"
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("admission of %s: %s %s", _what(body), result, response.get("warnings", ""))
+    return _answer(request, began, 200, answer, result)
+
+
+# --- status and probes --------------------------------------------------------------------------------
+
+
+def not_ready(app: web.Application) -> list[str]:
+    """Every reason the controller is not ready (empty when it is)."""
+    return [reason for check in app[READINESS] if (reason := check(app)) is not None]
+
+
+def _closing(app: web.Application) -> str | None:
+    return "shutting down" if app[LIFECYCLE].closing else None
+
+
+def _certificate_works(app: web.Application) -> str | None:
+    certificate = app.get(CERTIFICATE)
+    return None if certificate is None else certificate.problem
+
+
+def status_document(app: web.Application, *, listen: str | None = None) -> dict[str, Any]:
+    """`/status` as JSON; `listen`: the address it was asked on (default: the configured one)."""
+    counts: dict[str, int] = app[COUNTS]
+    settings = app[SETTINGS]
+    scheme = "https" if settings.tls else "http"
+    return status.build_status(
+        settings=settings,
+        listen=f"{scheme}://{listen or f'{settings.host}:{settings.port}'}",
+        policy=app[POLICY],
+        max_wait=app[ADMISSION].inject.max_wait,
+        certificate=app.get(CERTIFICATE),
+        admissions=counts,
+        started_at=app[LIFECYCLE].started_at,
+        not_ready=not_ready(app),
+        sections=dict(section(app) for section in app[STATUS_SECTIONS]),
+    )
+
+
+async def show_status(request: web.Request) -> web.Response:
+    fmt = request.query.get("format", "json")
+    if fmt not in ("json", "text"):
+        return _json_error(400, f"format must be json or text (got {fmt!r:.40})")
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    listen = None
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        host = str(sockname[0])
+        listen = f"[{host}]:{sockname[1]}" if ":" in host else f"{host}:{sockname[1]}"
+    doc = status_document(request.app, listen=listen)
+    if fmt == "text":
+        return web.Response(text=status.render_text(doc))
+    return web.json_response(doc)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    reasons = not_ready(request.app[CONTROLLER])
+    if reasons:
+        return web.json_response({"ready": False, "reasons": reasons}, status=503)
+    return web.json_response({"ready": True})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    payload = generate_latest(request.app[CONTROLLER][METRICS].registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# --- files that change --------------------------------------------------------------------------------
+
+
+def check_files(app: web.Application) -> None:
+    """Reload the policy file, the serving certificate and the token file if they changed."""
+    m = app[METRICS]
+    state = app[POLICY]
+    outcome = state.reload_if_changed()
+    if outcome == "reloaded":
+        app[ADMISSION] = Admission.build(app[SETTINGS], state.policy_file)
+        m.policy_reloads.labels(result="ok").inc()
+        m.staggering_policies.set(len(state.policy_file.staggering_policies))
+    elif outcome == "failed":
+        m.policy_reloads.labels(result="error").inc()
+    certificate = app.get(CERTIFICATE)
+    if certificate is not None:
+        changed = certificate.reload_if_changed()
+        if changed != "unchanged":
+            m.certificate_reloads.labels(result="ok" if changed == "reloaded" else "error").inc()
+        certificate.self_test()
+    token = app.get(TOKEN)
+    if token is not None:
+        token.reload_if_changed()
+
+
+async def _watch_files(app: web.Application) -> AsyncIterator[None]:
+    async def run() -> None:
+        interval = app[SETTINGS].reload_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                check_files(app)
+            except Exception:  # a bug here must not stop the reloads for good
+                logger.exception("checking the policy, certificate and token files failed")
+
+    task = asyncio.create_task(run(), name="file-reload")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _mark_closing(app: web.Application) -> None:
+    app[LIFECYCLE].closing = True
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error is JSON with a reason (404 and 405 included)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return _json_error(exc.status, reason, headers=headers)
+
+
+# --- the factories ------------------------------------------------------------------------------------
+
+
+def make_app(settings: Settings) -> web.Application:
+    """The TLS listener's app. Raises `policy.PolicyError` (naming every bad field) for a bad policy
+    file, `tls.CertificateError` for a certificate and key that cannot be served, and
+    `token.TokenError` for an unreadable or empty token file. The listener's SSL context is
+    `app[CERTIFICATE].context` (absent with --insecure-http)."""
+    state = PolicyState.load(settings.policies)
+    app = web.Application(client_max_size=settings.max_body, middlewares=[_json_errors])
+    if settings.tls:
+        assert settings.tls_cert is not None and settings.tls_key is not None  # checked by the settings
+        app[CERTIFICATE] = ServingCertificate.load(settings.tls_cert, settings.tls_key)
+    if settings.token_file is not None:
+        app[TOKEN] = TokenFile.load(settings.token_file)
+    app[SETTINGS] = settings
+    app[POLICY] = state
+    app[ADMISSION] = Admission.build(settings, state.policy_file)
+    app[METRICS] = Metrics()
+    app[METRICS].staggering_policies.set(len(state.policy_file.staggering_policies))
+    app[COUNTS] = dict.fromkeys(ADMISSION_RESULTS, 0)
+    app[LIFECYCLE] = Lifecycle()
+    app[ERRORS] = InternalErrors()
+    checks: list[ReadinessCheck] = [_closing, _certificate_works]
+    app[READINESS] = checks
+    sections: list[StatusSection] = []
+    app[STATUS_SECTIONS] = sections
+    app.router.add_post("/mutate/pods", mutate_pods)
+    app.router.add_get("/status", show_status)
+    app.cleanup_ctx.append(_watch_files)
+    app.on_shutdown.append(_mark_closing)
+    logger.info(
+        "controller: policy file %s (%d staggering policies), init client image %s, lockd port %d",
+        state.source,
+        len(state.policy_file.staggering_policies),
+        settings.image,
+        settings.lockd_port,
+    )
+    return app
+
+
+def make_probe_app(controller: web.Application) -> web.Application:
+    """The plain HTTP probe listener's app, answering for `controller` (the app of `make_app`)."""
+    app = web.Application(client_max_size=64 * 1024, middlewares=[_json_errors])
+    app[CONTROLLER] = controller
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app

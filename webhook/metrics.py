@@ -1,0 +1,56 @@
+"""Prometheus metrics of one controller app (`stagger_controller_*`), in a registry of its own (no
+process-wide globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+ADMISSION_RESULTS = ("allowed", "mutated", "error", "bad_request")
+"""allowed: answered with no patch; mutated: with a patch; error: an internal error, the pod admitted
+unchanged with a warning; bad_request: 400 or 413, not an AdmissionReview we could read."""
+
+
+def _registry() -> CollectorRegistry:
+    return CollectorRegistry(auto_describe=True)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=_registry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.admissions = Counter(
+            "stagger_controller_admissions",
+            "AdmissionReviews answered, by result: allowed, mutated, error, bad_request.",
+            ["result"],
+            registry=r,
+        )
+        for result in ADMISSION_RESULTS:
+            self.admissions.labels(result=result)
+        self.admission_seconds = Histogram(
+            "stagger_controller_admission_seconds",
+            "Time to answer one AdmissionReview, from the handler's start to the encoded answer.",
+            buckets=(0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "stagger_controller_policy_reloads",
+            "Policy file reloads, by result: ok, error.",
+            ["result"],
+            registry=r,
+        )
+        self.certificate_reloads = Counter(
+            "stagger_controller_certificate_reloads",
+            "Serving certificate reloads, by result: ok, error.",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "error"):
+            self.policy_reloads.labels(result=result)
+            self.certificate_reloads.labels(result=result)
+        self.staggering_policies = Gauge(
+            "stagger_controller_staggering_policies", "Staggering policies in force.", registry=r
+        )

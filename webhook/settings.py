@@ -1,0 +1,161 @@
+"""The controller's settings: one frozen dataclass, parsed once from flags and `STAGGER_...` environment
+variables.
+
+Every option is one row of `OPTIONS` (see `stagger.options`): its flag, its variables, its help and how
+its text is read. Checks that involve several options (TLS needs both files unless --insecure-http) come
+after the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from stagger import options
+from stagger.names import DEFAULT_PREFIX
+from stagger.options import (
+    Option,
+    SettingsError,
+    boolean,
+    file_path,
+    host_port,
+    label_prefix,
+    one_of,
+    read_options,
+    seconds,
+    text,
+    whole,
+)
+
+__all__ = ["DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "build_parser", "parse_settings"]
+
+# kube-apiserver accepts request bodies of at most 3 MiB, so a pod in an AdmissionReview (once, on CREATE)
+# is no larger than that.
+DEFAULT_MAX_BODY = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    image: str  # the stagger image the injected init client runs from
+    host: str = "0.0.0.0"
+    port: int = 9443
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_http: bool = False
+    policies: Path | None = None
+    token_file: Path | None = None
+    lockd_port: int = 9400
+    kubeconfig: Path | None = None
+    probe_host: str = "0.0.0.0"
+    probe_port: int = 9090
+    prefix: str = DEFAULT_PREFIX
+    reload_interval: float = 5.0
+    shutdown_timeout: float = 5.0
+    # A connection must send a whole request within this, and an idle keep-alive connection is closed
+    # after it.
+    header_timeout: float = 10.0
+    max_body: int = DEFAULT_MAX_BODY
+    log_level: str = "info"
+
+    @property
+    def tls(self) -> bool:
+        return not self.insecure_http
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--listen", ("STAGGER_LISTEN",), "listen",
+           "address of the TLS listener: admission (POST /mutate/pods) and /status (default 0.0.0.0:9443)",
+           host_port, "HOST:PORT"),
+    Option("--tls-cert", ("STAGGER_TLS_CERT",), "tls_cert",
+           "serving certificate chain (PEM), re-read when it changes; required unless --insecure-http",
+           file_path, "FILE"),
+    Option("--tls-key", ("STAGGER_TLS_KEY",), "tls_key",
+           "private key of --tls-cert (PEM), re-read when it changes; required unless --insecure-http",
+           file_path, "FILE"),
+    Option("--insecure-http", ("STAGGER_INSECURE_HTTP",), "insecure_http",
+           "serve plain HTTP instead of TLS, for local experiments only: the API server calls webhooks "
+           "over HTTPS only", boolean),
+    Option("--policies", ("STAGGER_POLICIES",), "policies",
+           "policy file (YAML), reloaded when it changes; default: no staggering policies (enabled pods "
+           "get the init client, and lockd's node throttles alone pace them)", file_path, "FILE"),
+    Option("--token-file", ("STAGGER_TOKEN_FILE",), "token_file",
+           "file holding the bearer token lockd sends to the group grant API (re-read when it changes)",
+           file_path, "FILE"),
+    Option("--image", ("STAGGER_IMAGE",), "image",
+           "required: the stagger image the injected init client runs from (lockd's, already on every node)",
+           text, "IMAGE"),
+    Option("--lockd-port", ("STAGGER_LOCKD_PORT",), "lockd_port",
+           "lockd's host port, which the init client calls on its node's IP (default 9400)",
+           whole(1, maximum=65535), "PORT"),
+    Option("--kubeconfig", ("STAGGER_KUBECONFIG", "KUBECONFIG"), "kubeconfig",
+           "kubeconfig to reach the API server (default: in-cluster service account; admission needs none)",
+           file_path, "FILE"),
+    Option("--probe-listen", ("STAGGER_PROBE_LISTEN",), "probe_listen",
+           "address of the plain HTTP listener: /healthz, /readyz, /metrics (default 0.0.0.0:9090)",
+           host_port, "HOST:PORT"),
+    Option("--prefix", ("STAGGER_PREFIX",), "prefix", f"label/annotation prefix (default {DEFAULT_PREFIX})",
+           label_prefix, "PREFIX"),
+    Option("--reload-interval", ("STAGGER_RELOAD_INTERVAL",), "reload_interval",
+           "how often the policy, certificate and token files are checked for changes (default 5s)",
+           seconds(), "DURATION"),
+    Option("--shutdown-timeout", ("STAGGER_SHUTDOWN_TIMEOUT",), "shutdown_timeout",
+           "time allowed to finish requests on SIGTERM (default 5s; the pod's termination grace period "
+           "must be longer)", seconds(), "DURATION"),
+    Option("--header-timeout", ("STAGGER_HEADER_TIMEOUT",), "header_timeout",
+           "a connection must send a whole request within this, and idle connections close after it "
+           "(default 10s)", seconds(), "DURATION"),
+    Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
+           f"largest request body in bytes; larger gets 413 (default {DEFAULT_MAX_BODY}: the API server "
+           "sends objects of at most about 3 MiB)", whole(1024), "BYTES"),
+    Option("--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",
+           one_of("debug", "info", "warning", "error"), "LEVEL"),
+)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return options.build_parser(
+        OPTIONS,
+        prog="python -m webhook",
+        description=(
+            "stagger's controller: the mutating admission webhook that opts pods into staggering (injects "
+            "the init client, labels their group, holds them). Every flag can also be set by the "
+            "environment variable shown."
+        ),
+        epilog=(
+            "example: python -m webhook --tls-cert tls.crt --tls-key tls.key --policies policies.yaml "
+            "--image ghcr.io/example/stagger:0.1.0"
+        ),
+    )
+
+
+def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
+    """Flags win over environment variables, which win over the defaults."""
+    values = read_options(build_parser(), OPTIONS, argv, environ)
+    if "listen" in values:
+        values["host"], values["port"] = values.pop("listen")
+    if "probe_listen" in values:
+        values["probe_host"], values["probe_port"] = values.pop("probe_listen")
+    if not values.get("image"):
+        raise SettingsError("--image: required (the stagger image the injected init client runs from)")
+    given = [flag for flag, dest in _TLS_FILES if values.get(dest) is not None]
+    if values.get("insecure_http"):
+        if given:
+            raise SettingsError(f"--insecure-http: cannot be combined with {' and '.join(given)}")
+    elif len(given) < len(_TLS_FILES):
+        missing = [flag for flag, _ in _TLS_FILES if flag not in given]
+        raise SettingsError(
+            f"{' and '.join(missing)}: required to serve TLS (the API server calls webhooks over HTTPS "
+            "only); for a local experiment without TLS, pass --insecure-http"
+        )
+    known = {f.name for f in fields(Settings)}
+    settings = Settings(**{k: v for k, v in values.items() if k in known})
+    if (settings.host, settings.port) == (settings.probe_host, settings.probe_port) and settings.port != 0:
+        raise SettingsError(
+            f"--probe-listen: must differ from --listen (both {settings.host}:{settings.port})"
+        )
+    return settings
+
+
+_TLS_FILES = (("--tls-cert", "tls_cert"), ("--tls-key", "tls_key"))
