@@ -198,9 +198,20 @@ def internal_error(message: str) -> ApiError:
     )
 
 
+class _Omit:
+    """field.OmitValueType: an error printed without its value ("Invalid value: detail")."""
+
+    def __repr__(self) -> str:
+        return "OMIT"
+
+
+OMIT: Any = _Omit()
+
+
 @dataclass(frozen=True)
 class FieldError:
-    """One `field.Error`: `kind` is the Go ErrorType's string (FieldValueRequired, FieldValueInvalid, ...)."""
+    """One `field.Error`: `kind` is the Go ErrorType's string (FieldValueRequired, FieldValueInvalid, ...).
+    `value=OMIT` prints no value, as field.OmitValueType does."""
 
     kind: Literal[
         "FieldValueRequired",
@@ -210,6 +221,7 @@ class FieldError:
         "FieldValueDuplicate",
         "FieldValueTypeInvalid",
         "FieldValueTooLong",
+        "FieldValueTooMany",
     ]
     field: str
     detail: str = ""
@@ -230,6 +242,10 @@ class FieldError:
                 head += ": supported values: " + ", ".join(f'"{s}"' for s in self.supported)
         elif self.kind == "FieldValueTooLong":
             head = "Too long"
+        elif self.value is OMIT:
+            head = "Too many" if self.kind == "FieldValueTooMany" else "Invalid value"
+        elif self.kind == "FieldValueTooMany":
+            head = f"Too many: {_go_value(self.value)}"
         else:
             head = f"Invalid value: {_go_value(self.value)}"
         return f"{head}: {self.detail}" if self.detail else head
@@ -251,8 +267,11 @@ def _go_value(value: Any) -> str:
 
 
 def invalid(group: str, kind: str, name: str, errors: list[FieldError]) -> ApiError:
+    """errors.NewInvalid: every error is a cause; the message lists each distinct error once
+    (field.ErrorList.ToAggregate drops repeats), in brackets when there are several."""
     causes: list[StatusCause] = [{"reason": e.kind, "message": e.body(), "field": e.field} for e in errors]
-    summary = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+    distinct = list(dict.fromkeys(str(e) for e in errors))
+    summary = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
     details: StatusDetails = {"name": name}
     if group:
         details["group"] = group

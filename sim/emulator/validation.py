@@ -4,27 +4,20 @@ return `FieldError`s worded like the real ones. The schema check itself lives in
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 from sim.emulator.errors import FieldError
+from sim.emulator.names import (
+    dns1123_label_problems,
+    dns1123_subdomain_problems,
+    label_value_problems,
+    qualified_name_problems,
+)
 from sim.emulator.resources import ResourceType
-from sim.emulator.selectors import SelectorError, label_key_problem, label_value_problem, selector_from_object
+from sim.emulator.selectors import SelectorError, selector_from_object
 from sim.emulator.strategy import prune_nulls
 from stagger.objects import Obj
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
-    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
 POD_UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
     "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
@@ -33,39 +26,39 @@ POD_UPDATE_FORBIDDEN = (
 
 
 def dns_label_problem(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    return None if _DNS1123_LABEL.match(value) else _LABEL_MSG
+    problems = dns1123_label_problems(value)
+    return problems[0] if problems else None
 
 
 def dns_subdomain_problem(value: str) -> str | None:
-    if len(value) > 253:
-        return "must be no more than 253 characters"
-    return None if _DNS1123_SUBDOMAIN.match(value) else _SUBDOMAIN_MSG
+    problems = dns1123_subdomain_problems(value)
+    return problems[0] if problems else None
+
+
+def invalid_each(path: str, value: Any, problems: list[str]) -> list[FieldError]:
+    """One Invalid error per problem, as the real validators turn a list of messages into errors."""
+    return [FieldError("FieldValueInvalid", path, problem, value) for problem in problems]
 
 
 def _meta_errors(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    """ValidateObjectMeta (k8s.io/apimachinery/pkg/api/validation/objectmeta.go): name, labels, annotations."""
     metadata = obj.get("metadata") or {}
     errors: list[FieldError] = []
     name = metadata.get("name") or ""
     if not name:
         errors.append(FieldError("FieldValueRequired", "metadata.name", "name or generateName is required"))
-    else:
-        check = dns_label_problem if rtype.kind == "Namespace" else dns_subdomain_problem
-        problem = check(name)
-        if problem and rtype.kind != "Event":
-            errors.append(FieldError("FieldValueInvalid", "metadata.name", problem, value=name))
+    elif rtype.kind != "Event":  # legacy Events only get the generic path-segment check
+        check = dns1123_label_problems if rtype.kind == "Namespace" else dns1123_subdomain_problems
+        errors.extend(invalid_each("metadata.name", name, check(name)))
     for key, value in (metadata.get("labels") or {}).items():
-        problem = label_key_problem(key)
-        if problem:
-            errors.append(FieldError("FieldValueInvalid", "metadata.labels", problem, value=key))
-        problem = label_value_problem(value if isinstance(value, str) else "")
-        if problem:
-            errors.append(FieldError("FieldValueInvalid", "metadata.labels", problem, value=value))
+        errors.extend(invalid_each("metadata.labels", key, qualified_name_problems(key)))
+        errors.extend(
+            invalid_each(
+                "metadata.labels", value, label_value_problems(value if isinstance(value, str) else "")
+            )
+        )
     for key in metadata.get("annotations") or {}:
-        problem = label_key_problem(key)
-        if problem:
-            errors.append(FieldError("FieldValueInvalid", "metadata.annotations", problem, value=key))
+        errors.extend(invalid_each("metadata.annotations", key, qualified_name_problems(key.lower())))
     return errors
 
 
@@ -110,18 +103,14 @@ def _pod_spec_errors(spec: Obj, path: str, *, restart_policies: tuple[str, ...])
                 "FieldValueNotSupported", f"{path}.restartPolicy", value=policy, supported=restart_policies
             )
         )
+    # validateSchedulingGates: each entry's name is a qualified name (the error is on the entry's path).
     gates: set[str] = set()
     for index, gate in enumerate(spec.get("schedulingGates") or []):
         name = gate.get("name") or ""
-        problem = label_key_problem(name) if name else "name part must be non-empty"
-        if problem:
-            errors.append(
-                FieldError("FieldValueInvalid", f"{path}.schedulingGates[{index}].name", problem, name)
-            )
-        elif name in gates:
-            errors.append(
-                FieldError("FieldValueDuplicate", f"{path}.schedulingGates[{index}].name", value=name)
-            )
+        where = f"{path}.schedulingGates[{index}]"
+        errors.extend(invalid_each(where, name, qualified_name_problems(name)))
+        if name in gates:
+            errors.append(FieldError("FieldValueDuplicate", where, value=name))
         gates.add(name)
     grace = spec.get("terminationGracePeriodSeconds")
     if isinstance(grace, int) and grace < 0:
@@ -250,6 +239,24 @@ def _webhook_errors(obj: Obj) -> list[FieldError]:
 
 
 def validate_create(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    """The strategy's Validate: the object's own rules plus those that only apply to a new object."""
+    errors = validate_object(rtype, obj)
+    if rtype.kind == "Pod":
+        # ValidatePodCreate: a pod cannot be assigned a node while scheduling gates remain.
+        spec = obj.get("spec") or {}
+        if spec.get("nodeName") and spec.get("schedulingGates"):
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "spec.nodeName",
+                    "cannot be set until all schedulingGates have been cleared",
+                )
+            )
+    return errors
+
+
+def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    """What create and update both check of the object itself."""
     errors = _meta_errors(rtype, obj)
     kind = rtype.kind
     if kind == "Pod":
@@ -280,7 +287,7 @@ def validate_create(rtype: ResourceType, obj: Obj) -> list[FieldError]:
 
 
 def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]:
-    errors = validate_create(rtype, new)
+    errors = validate_object(rtype, new)
     new_meta, old_meta = new.get("metadata") or {}, old.get("metadata") or {}
     if old_meta.get("deletionTimestamp"):
         added = [f for f in new_meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]

@@ -55,7 +55,7 @@ def test_schema_type_error_is_422_with_the_field(http: Http) -> None:
         ),
         pytest.param(
             {"schedulingGates": [{"name": "bad gate"}]},
-            [("spec.schedulingGates[0].name", "FieldValueInvalid")],
+            [("spec.schedulingGates[0]", "FieldValueInvalid")],
             id="gate-name",
         ),
     ],
