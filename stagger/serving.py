@@ -145,22 +145,19 @@ async def serve(
     `started` is called once every listener listens, `stopping` is logged on the signal.
 
     Raises ListenError if an address cannot be bound (nothing is left running then)."""
+    # Signals first: a SIGTERM that comes as soon as `started` has told the world stops us gracefully.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     running: list[Listener] = []
     try:
         for listener in listeners:
             await listener.runner.setup()
             running.append(listener)
             await _start(listener)
-    except BaseException:
-        await _cleanup(running)
-        raise
-    if started is not None:
-        started()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    try:
+        if started is not None:
+            started()
         await stop.wait()
         logger.info("%s", stopping)
     finally:
