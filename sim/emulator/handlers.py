@@ -279,19 +279,28 @@ async def create_handler(request: web.Request, state: ApiState, target: Resource
         return await _bind(request, state, target)
     if target.name is not None or target.subresource:
         raise errors.method_not_allowed()
-    rtype = target.rtype
-    if rtype.namespaced and target.namespace is None:
+    if target.rtype.namespaced and target.namespace is None:
         raise errors.method_not_allowed()
+    return await _create(request, state, target, await read_body(request))
+
+
+async def _create(
+    request: web.Request, state: ApiState, target: ResourcePath, body: Any
+) -> web.StreamResponse:
+    """POST, or a PUT to a missing object of a kind whose strategy allows create on update (name set)."""
+    rtype = target.rtype
     dry_run = _dry_run(request)
     decoded = state.registry.decode(
         rtype,
-        await read_body(request),
+        body,
         namespace=target.namespace,
-        name=None,
+        name=target.name,
         create=True,
         field_validation=_field_validation(request),
     )
     metadata = decoded.obj["metadata"]
+    if target.name is not None:
+        metadata.pop("resourceVersion", None)  # a PUT's precondition has nothing to hold against
     obj, warnings = await _admit(
         request,
         state,
@@ -378,6 +387,15 @@ async def update_handler(request: web.Request, state: ApiState, target: Resource
         raise errors.bad_request(
             f"the name of the object ({body_name}) does not match the name on the URL ({target.name})"
         )
+    if target.rtype.create_on_update and not target.subresource:
+        assert target.name is not None
+        try:
+            state.registry.get(target.rtype, _namespace_of(target), target.name)
+        except ApiError as err:
+            if err.code != 404:
+                raise
+            # The strategy's AllowCreateOnUpdate (leases, events): the PUT creates the object.
+            return await _create(request, state, target, body)
     return await _update(request, state, target, lambda current: body)
 
 

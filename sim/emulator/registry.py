@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.emulator import errors
+from sim.emulator import errors, microtime
 from sim.emulator.errors import FieldError, Status
 from sim.emulator.resources import RESOURCE_TYPES, ResourceType, namespaces, pods
 from sim.emulator.schema import Schemas, format_path, remove_paths
@@ -171,6 +171,11 @@ class Registry:
                 f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})"
             )
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+        problem = microtime.decode_problem(rtype.group, rtype.kind, obj)
+        if problem:
+            raise errors.bad_request(
+                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {problem}'
+            )
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
             raise errors.bad_request("metadata must be an object")
@@ -295,10 +300,11 @@ class Registry:
         if wanted_rv and wanted_rv != current_rv:
             raise errors.conflict(rtype.group, rtype.name, name, errors.MODIFIED_CONFLICT)
         if not wanted_rv and rtype.kind == "Lease":
-            # Leases do not allow unconditional updates (leader election relies on it).
+            # Leases do not allow unconditional updates (leader election relies on it). The real store
+            # names the resource where the kind would be (generic/registry/store.go Update).
             raise errors.invalid(
                 rtype.group,
-                rtype.kind,
+                rtype.name,
                 name,
                 [
                     FieldError(

@@ -38,6 +38,7 @@ class ResourceType:
     fields: tuple[str, ...] = ()  # extra field selector labels
     generation: bool = False  # metadata.generation tracks spec changes
     storage: str = ""  # objects of several group versions may share one storage (events)
+    create_on_update: bool = False  # the strategy's AllowCreateOnUpdate: a PUT to a missing object creates it
 
     @property
     def api_version(self) -> str:
@@ -142,6 +143,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         short_names=("ev",),
         fields=_EVENT_FIELDS,
         storage="events",
+        create_on_update=True,
     ),
     ResourceType(
         "",
@@ -220,7 +222,14 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         generation=True,
     ),
     ResourceType(
-        "coordination.k8s.io", "v1", "leases", "lease", "Lease", True, "io.k8s.api.coordination.v1.Lease"
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "lease",
+        "Lease",
+        True,
+        "io.k8s.api.coordination.v1.Lease",
+        create_on_update=True,
     ),
     ResourceType(
         "policy",
@@ -255,6 +264,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         short_names=("ev",),
         fields=_EVENT_FIELDS,
         storage="events",
+        create_on_update=True,
     ),
 )
 

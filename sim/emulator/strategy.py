@@ -193,6 +193,8 @@ def prepare_for_create(rtype: ResourceType, obj: Obj, *, now: float, uid: str) -
     elif kind == "Job":
         obj["status"] = {}
         _generate_job_selector(obj, uid)
+    elif kind == "Lease":
+        _drop_gated_lease_fields(obj, None)
     elif rtype.has_status and kind != "Node":
         # Non-omitempty status fields of a fresh object serialize as zero values.
         obj["status"] = dict(_ZERO_STATUS.get(kind, {}))
@@ -232,6 +234,20 @@ _ZERO_STATUS: dict[str, dict[str, int]] = {
     },
 }
 
+
+def _drop_gated_lease_fields(new: Obj, old: Obj | None) -> None:
+    """The CoordinatedLeaderElection gate is off by default (beta, v1.36): spec.strategy and
+    spec.preferredHolder are dropped unless the stored lease already had them
+    (pkg/registry/coordination/lease/strategy.go PrepareForCreate/PrepareForUpdate)."""
+    spec = new.get("spec")
+    if not isinstance(spec, dict):
+        return
+    old_spec = (old or {}).get("spec") or {}
+    for key in ("strategy", "preferredHolder"):
+        if old_spec.get(key) is None:
+            spec.pop(key, None)
+
+
 _SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 
 
@@ -257,6 +273,8 @@ def prepare_for_update(rtype: ResourceType, new: Obj, old: Obj, *, subresource: 
             result["status"] = copy.deepcopy(old["status"])
         else:
             result.pop("status", None)
+    if rtype.kind == "Lease":
+        _drop_gated_lease_fields(result, old)
     if rtype.kind == "Namespace":
         metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = old_meta.get("name", "")
         result["spec"] = copy.deepcopy(old.get("spec") or {})

@@ -238,6 +238,27 @@ def _webhook_errors(obj: Obj) -> list[FieldError]:
     return errors
 
 
+def _lease_errors(spec: Obj) -> list[FieldError]:
+    """ValidateLeaseSpec (pkg/apis/coordination/validation/validation.go); strategy and preferredHolder
+    are dropped before validation while their feature gate is off (strategy._drop_gated_lease_fields)."""
+    errors: list[FieldError] = []
+    duration, transitions = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions")
+    if isinstance(duration, int) and duration <= 0:
+        errors.append(
+            FieldError("FieldValueInvalid", "spec.leaseDurationSeconds", "must be greater than 0", duration)
+        )
+    if isinstance(transitions, int) and transitions < 0:
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                "spec.leaseTransitions",
+                "must be greater than or equal to 0",
+                transitions,
+            )
+        )
+    return errors
+
+
 def validate_create(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     """The strategy's Validate: the object's own rules plus those that only apply to a new object."""
     errors = validate_object(rtype, obj)
@@ -275,6 +296,8 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
         )
     elif kind == "MutatingWebhookConfiguration":
         errors.extend(_webhook_errors(obj))
+    elif kind == "Lease":
+        errors.extend(_lease_errors(obj.get("spec") or {}))
     elif kind == "PodDisruptionBudget":
         spec = obj.get("spec") or {}
         if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
