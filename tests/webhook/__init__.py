@@ -1,0 +1,1 @@
+"""The controller, python -m webhook, as a real process over HTTPS (trustme certificates), and on the API emulator."""
