@@ -235,7 +235,9 @@ class Registry:
             problems = found + problems
         if problems:
             name = (obj.get("metadata") or {}).get("name") or ""
-            raise errors.invalid(rtype.group, rtype.kind, name, problems)
+            # Both event APIs validate the internal core Event: its errors name the core kind, no group.
+            group = "" if rtype.kind == "Event" else rtype.group
+            raise errors.invalid(group, rtype.kind, name, problems)
 
     # ---------------------------------------------------------------------------------------- create
 

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from sim.emulator.errors import FieldError
+from sim.emulator.eventvalidation import validate_event, validate_event_update
 from sim.emulator.names import (
     dns1123_label_problems,
     dns1123_subdomain_problems,
@@ -261,6 +262,9 @@ def _lease_errors(spec: Obj) -> list[FieldError]:
 
 def validate_create(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     """The strategy's Validate: the object's own rules plus those that only apply to a new object."""
+    if rtype.kind == "Event":
+        # The event strategy's rules; the generic ObjectMeta check runs only once they pass (rest.BeforeCreate).
+        return validate_event(obj, new_api=rtype.group == "events.k8s.io") or _meta_errors(rtype, obj)
     errors = validate_object(rtype, obj)
     if rtype.kind == "Pod":
         # ValidatePodCreate: a pod cannot be assigned a node while scheduling gates remain.
@@ -310,7 +314,10 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
 
 
 def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]:
-    errors = validate_object(rtype, new)
+    if rtype.kind == "Event":
+        errors = validate_event_update(new, old, new_api=rtype.group == "events.k8s.io")
+    else:
+        errors = validate_object(rtype, new)
     new_meta, old_meta = new.get("metadata") or {}, old.get("metadata") or {}
     if old_meta.get("deletionTimestamp"):
         added = [f for f in new_meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
