@@ -1,1 +1,1 @@
-"""webhook: admission webhook, group pacer service and reconciler (arrives with the controller issue)."""
+"""webhook: the controller, `python -m webhook`: the mutating admission webhook (built); the group pacer service, leader election and the gate reconciler come next."""

@@ -180,6 +180,20 @@ def _bad_request(request: web.Request, began: float, code: int, reason: str) -> 
     return _answer(request, began, code, {"error": reason}, "bad_request")
 
 
+def _unchanged(body: object) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
+    """The pod admitted unchanged with the internal-error warning (400 if the review has no uid)."""
+    request = body.get("request") if isinstance(body, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    if not isinstance(uid, str) or not uid:
+        return 400, {"error": "request.uid must be a non-empty string"}
+    response: wire.AdmissionResponse = {
+        "uid": uid,
+        "allowed": True,
+        "warnings": [admission.INTERNAL_ERROR_WARNING],
+    }
+    return 200, {"apiVersion": wire.API_VERSION, "kind": wire.KIND, "response": response}
+
+
 async def mutate_pods(request: web.Request) -> web.Response:
     """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
     began = time.perf_counter()
@@ -198,17 +212,21 @@ async def mutate_pods(request: web.Request) -> web.Response:
         return _bad_request(request, began, 400, f"the body is not JSON: {err}")
     current = app[ADMISSION]
     errors: list[Exception] = []
-    code, answer = admission.review(
-        body,
-        policies=current.policies,
-        names=current.names,
-        settings=current.inject,
-        internal_errors=errors,
-    )
-    if code != 200:
-        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
+    try:
+        code, answer = admission.review(
+            body,
+            policies=current.policies,
+            names=current.names,
+            settings=current.inject,
+            internal_errors=errors,
+        )
+    except Exception as unguarded:  # a bug outside review's own guard: still never deny
+        errors.append(unguarded)
+        code, answer = _unchanged(body)
     for error in errors:
         app[ERRORS].report(error, what=_what(body))
+    if code != 200:
+        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
     response = cast(wire.ReviewOut, answer)["response"]
     result = "error" if errors else "mutated" if "patch" in response else "allowed"
     if logger.isEnabledFor(logging.DEBUG):
