@@ -62,10 +62,10 @@ def default_pod_spec(spec: Obj, *, restart_policy: bool = True) -> None:
                 _default_container(container)
 
 
-def _default_template(obj: Obj, *, restart_policy: bool = True) -> None:
+def _default_template(obj: Obj) -> None:
     template = (obj.get("spec") or {}).get("template")
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
-        default_pod_spec(template["spec"], restart_policy=restart_policy)
+        default_pod_spec(template["spec"])
 
 
 def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
@@ -106,13 +106,31 @@ def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
         spec.setdefault(
-            "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+            "podReplacementPolicy",
+            "Failed" if spec.get("podFailurePolicy") is not None else "TerminatingOrFailed",
         )
-        _default_template(obj, restart_policy=False)  # a Job's pods must choose Never or OnFailure
+        spec.setdefault("manualSelector", False)
+        for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+            for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+                if isinstance(pattern, dict) and not pattern.get("status"):
+                    pattern["status"] = "True"  # SetDefaults_PodFailurePolicyOnPodConditionsPattern
+        # Defaulted to Always like any pod template, which the Job's validation then refuses.
+        _default_template(obj)
+        _default_job_labels(obj)
     elif kind == "MutatingWebhookConfiguration":
         for hook in obj.get("webhooks") or []:
             if isinstance(hook, dict):
                 _default_webhook(hook)
+
+
+def _default_job_labels(job: Obj) -> None:
+    """SetDefaults_Job: a job without labels takes its template's. Defaults apply at every decode, the
+    one from storage too, so the labels the selector generation adds to the template end up on the job."""
+    template = (job.get("spec") or {}).get("template") or {}
+    template_labels = (template.get("metadata") or {}).get("labels")
+    metadata = job.setdefault("metadata", {})
+    if template_labels and not metadata.get("labels"):
+        metadata["labels"] = dict(template_labels)
 
 
 def _default_webhook(hook: Obj) -> None:
@@ -201,21 +219,26 @@ def prepare_for_create(rtype: ResourceType, obj: Obj, *, now: float, uid: str) -
 
 
 def _generate_job_selector(job: Obj, uid: str) -> None:
+    """generateSelector (pkg/registry/batch/job/strategy.go): labels the user set are kept (validation
+    then refuses a mismatch); the job's labels follow its template's (strategy._default_job_labels)."""
     spec = job.setdefault("spec", {})
     if spec.get("manualSelector"):
         return
     name = job["metadata"]["name"]
     template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
     labels = template_meta.setdefault("labels", {})
-    labels.update(
-        {
-            "batch.kubernetes.io/controller-uid": uid,
-            "batch.kubernetes.io/job-name": name,
-            "controller-uid": uid,
-            "job-name": name,
-        }
-    )
-    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    for key, value in (
+        ("controller-uid", uid),
+        ("batch.kubernetes.io/controller-uid", uid),
+        ("job-name", name),
+        ("batch.kubernetes.io/job-name", name),
+    ):
+        labels.setdefault(key, value)
+    selector = spec.get("selector") if isinstance(spec.get("selector"), dict) else {}
+    match_labels = selector.setdefault("matchLabels", {})
+    match_labels.setdefault("batch.kubernetes.io/controller-uid", uid)
+    spec["selector"] = selector
+    _default_job_labels(job)
 
 
 _ZERO_STATUS: dict[str, dict[str, int]] = {

@@ -8,6 +8,7 @@ from typing import Any
 
 from sim.emulator.errors import FieldError
 from sim.emulator.eventvalidation import validate_event, validate_event_update
+from sim.emulator.jobvalidation import job_spec_errors, job_update_errors
 from sim.emulator.names import (
     dns1123_label_problems,
     dns1123_subdomain_problems,
@@ -19,6 +20,7 @@ from sim.emulator.selectors import SelectorError, selector_from_object
 from sim.emulator.strategy import prune_nulls
 from stagger.objects import Obj
 
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
 POD_UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
     "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
@@ -87,21 +89,16 @@ def _container_errors(spec: Obj, path: str) -> list[FieldError]:
     return errors
 
 
-def _pod_spec_errors(spec: Obj, path: str, *, restart_policies: tuple[str, ...]) -> list[FieldError]:
+def _pod_spec_errors(spec: Obj, path: str) -> list[FieldError]:
+    """ValidatePodSpec's checks the emulator makes (the workload kinds add their own restart rules)."""
     errors = _container_errors(spec, path)
     policy = spec.get("restartPolicy")
-    if policy is None and "Always" not in restart_policies:
+    if policy == "":
+        errors.append(FieldError("FieldValueRequired", f"{path}.restartPolicy"))
+    elif policy is not None and policy not in RESTART_POLICIES:
         errors.append(
             FieldError(
-                "FieldValueRequired",
-                f"{path}.restartPolicy",
-                "valid values: " + ", ".join(f'"{p}"' for p in restart_policies),
-            )
-        )
-    elif policy is not None and policy not in restart_policies:
-        errors.append(
-            FieldError(
-                "FieldValueNotSupported", f"{path}.restartPolicy", value=policy, supported=restart_policies
+                "FieldValueNotSupported", f"{path}.restartPolicy", value=policy, supported=RESTART_POLICIES
             )
         )
     # validateSchedulingGates: each entry's name is a qualified name (the error is on the entry's path).
@@ -149,10 +146,27 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
                     labels,
                 )
             )
-    restart = ("Never", "OnFailure") if obj.get("kind") == "Job" else ("Always",)
-    errors.extend(
-        _pod_spec_errors(template.get("spec") or {}, "spec.template.spec", restart_policies=restart)
-    )
+    pod_spec = template.get("spec") or {}
+    errors.extend(_pod_spec_errors(pod_spec, "spec.template.spec"))
+    # ValidatePodTemplateSpecForReplicaSet / ValidateDaemonSetSpec: they run forever.
+    if pod_spec.get("restartPolicy", "Always") != "Always":
+        errors.append(
+            FieldError(
+                "FieldValueNotSupported",
+                "spec.template.spec.restartPolicy",
+                value=pod_spec["restartPolicy"],
+                supported=("Always",),
+            )
+        )
+    if pod_spec.get("activeDeadlineSeconds") is not None:
+        owner = "DaemonSet" if obj.get("kind") == "DaemonSet" else "ReplicaSet"
+        errors.append(
+            FieldError(
+                "FieldValueForbidden",
+                "spec.template.spec.activeDeadlineSeconds",
+                f"activeDeadlineSeconds in {owner} is not Supported",
+            )
+        )
     return errors
 
 
@@ -285,19 +299,11 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     errors = _meta_errors(rtype, obj)
     kind = rtype.kind
     if kind == "Pod":
-        errors.extend(
-            _pod_spec_errors(obj.get("spec") or {}, "spec", restart_policies=("Always", "OnFailure", "Never"))
-        )
+        errors.extend(_pod_spec_errors(obj.get("spec") or {}, "spec"))
     elif kind in ("Deployment", "ReplicaSet", "DaemonSet"):
         errors.extend(_workload_errors(obj))
     elif kind == "Job":
-        spec = obj.get("spec") or {}
-        template = spec.get("template") or {}
-        errors.extend(
-            _pod_spec_errors(
-                template.get("spec") or {}, "spec.template.spec", restart_policies=("Never", "OnFailure")
-            )
-        )
+        errors.extend(job_spec_errors(obj.get("spec") or {}, _pod_spec_errors))
     elif kind == "MutatingWebhookConfiguration":
         errors.extend(_webhook_errors(obj))
     elif kind == "Lease":
@@ -331,7 +337,9 @@ def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]
             )
     if rtype.kind == "Pod":
         errors.extend(pod_update_errors(new.get("spec") or {}, old.get("spec") or {}))
-    elif rtype.kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job") and prune_nulls(
+    elif rtype.kind == "Job":
+        errors.extend(job_update_errors(new, old, _pod_spec_errors))
+    elif rtype.kind in ("Deployment", "ReplicaSet", "DaemonSet") and prune_nulls(
         (new.get("spec") or {}).get("selector")
     ) != prune_nulls((old.get("spec") or {}).get("selector")):
         errors.append(
