@@ -69,6 +69,19 @@ def failure(*, code: int, reason: str, message: str, details: StatusDetails | No
     return status
 
 
+def failure_without_reason(*, code: int, message: str) -> Status:
+    """A Failure Status made from a plain Go error (no reason, no details), as the watch path answers a
+    version it cannot parse."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "code": code,
+    }
+
+
 def success(*, code: int, details: StatusDetails | None = None) -> Status:
     status: Status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
     if details is not None:
@@ -176,8 +189,21 @@ def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
     )
 
 
-def expired(message: str) -> ApiError:
-    return ApiError(failure(code=410, reason="Expired", message=message))
+def expired(message: str, *, continue_token: str = "") -> ApiError:
+    status = failure(code=410, reason="Expired", message=message)
+    if continue_token:
+        status["metadata"] = {"continue": continue_token}
+    return ApiError(status)
+
+
+LIST_TOO_OLD = "The resourceVersion for the provided list is too old."
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
 
 
 def too_many_requests(message: str, *, causes: list[StatusCause], retry_after: int = 0) -> ApiError:
@@ -272,7 +298,7 @@ def invalid(group: str, kind: str, name: str, errors: list[FieldError]) -> ApiEr
     causes: list[StatusCause] = [{"reason": e.kind, "message": e.body(), "field": e.field} for e in errors]
     distinct = list(dict.fromkeys(str(e) for e in errors))
     summary = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
-    details: StatusDetails = {"name": name}
+    details: StatusDetails = {"name": name} if name else {}  # omitempty: ListOptions have no name
     if group:
         details["group"] = group
     details["kind"] = kind

@@ -12,9 +12,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim.emulator import errors, openapi, patch, podactions
+from sim.emulator import errors, listoptions, openapi, patch, podactions
 from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo
 from sim.emulator.errors import ApiError
+from sim.emulator.listoptions import ListOptions
 from sim.emulator.registry import FieldValidation, StaleRead
 from sim.emulator.render import error_response, json_response, negotiate, render_list, render_object
 from sim.emulator.resources import (
@@ -172,14 +173,17 @@ async def get_handler(request: web.Request, state: ApiState, target: ResourcePat
 async def list_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
         raise errors.method_not_allowed()
+    options = ListOptions.parse(request.query, limit=max(0, int_param(request.query, "limit") or 0))
+    listoptions.validate(options, watch=False)
     labels, fields = selectors(target.rtype, request.query)
     listed = state.registry.list_objects(
         target.rtype,
         namespace=target.namespace if target.rtype.namespaced else None,
         labels=labels,
         fields=fields,
-        limit=max(0, int_param(request.query, "limit") or 0),
-        continue_token=request.query.get("continue", ""),
+        limit=options.limit,
+        continue_token=options.continue_token,
+        at_rv=listoptions.list_version(options, current=state.store.rv),
     )
     rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
     return json_response(render_list(target.rtype, listed, rendering, now=time.time()))
@@ -188,6 +192,7 @@ async def list_handler(request: web.Request, state: ApiState, target: ResourcePa
 async def watch_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
         raise errors.method_not_allowed()
+    listoptions.validate(ListOptions.parse(request.query, limit=0), watch=True)
     labels, fields = selectors(target.rtype, request.query)
     rendering = negotiate(request.headers.get("Accept", ""), request.query.get("includeObject", ""))
     return await serve_watch(

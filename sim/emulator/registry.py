@@ -116,6 +116,7 @@ class Registry:
         fields: FieldSelector,
         limit: int = 0,
         continue_token: str = "",
+        at_rv: int | None = None,
     ) -> Obj:
         page = self.store.list_page(
             rtype.storage_key,
@@ -123,11 +124,14 @@ class Registry:
             predicate=self.predicate(rtype, labels, fields),
             limit=limit,
             continue_token=continue_token,
+            at_rv=at_rv,
         )
         metadata: dict[str, Any] = {"resourceVersion": str(page.resource_version)}
         if page.continue_token:
             metadata["continue"] = page.continue_token
-            metadata["remainingItemCount"] = page.remaining
+            if labels.empty and not fields.requirements:
+                # storage.PrepareContinueToken: a count is only given for a list without selectors.
+                metadata["remainingItemCount"] = page.remaining
         return {
             "kind": f"{rtype.kind}List",
             "apiVersion": rtype.api_version,

@@ -17,8 +17,8 @@ Command line: `python -m sim apiserver` (`sim.cli.apiserver`).
 
 Where it knowingly differs from a real cluster: no authentication or RBAC (the bearer token names the
 user); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
-answered); a `continue` token pages through the current state, not a snapshot at the first page's
-resourceVersion; PodDisruptionBudget status is not maintained (evictions compute the budget from the
+answered); past states (Exact lists, continue tokens) reach back as far as the per-resource watch
+history (`watch_history` events; older: 410 Expired, as after an etcd compaction); PodDisruptionBudget status is not maintained (evictions compute the budget from the
 pods); namespace deletion removes the content at once; `propagationPolicy` is accepted but garbage
 collection is left to the simulated cluster; pods whose graceful deletion no kubelet finishes are
 removed `graceful_deletion_slack` seconds after their deletionTimestamp.

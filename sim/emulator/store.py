@@ -112,6 +112,7 @@ class Watcher:
 class _History:
     events: deque[StoredEvent]
     truncated: bool = False
+    dropped_rv: int = 0  # the newest event no longer kept (0: none dropped yet)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,27 @@ class Store:
             if namespace is None or key[0] == namespace:
                 yield bucket[key]
 
+    def snapshot(self, storage: str, rv: int) -> dict[tuple[str, str], Obj]:
+        """The objects of `storage` as they were at resourceVersion `rv` (everything written up to it),
+        rebuilt by undoing the kept events after it; 410 Expired when some of those were dropped."""
+        current = dict(self._objects.get(storage, {}))
+        if rv >= self.rv:
+            return current
+        history = self._histories.get(storage)
+        if history is None:
+            return current
+        if rv < history.dropped_rv:
+            raise errors.expired(errors.LIST_TOO_OLD)
+        for event in reversed(history.events):
+            if event.rv <= rv:
+                break
+            key = key_of(event.obj)
+            if event.type == "ADDED":
+                current.pop(key, None)
+            elif event.prev is not None:
+                current[key] = event.prev
+        return current
+
     def list_page(
         self,
         storage: str,
@@ -152,11 +174,18 @@ class Store:
         predicate: Callable[[Obj], bool],
         limit: int,
         continue_token: str,
+        at_rv: int | None = None,
     ) -> ListPage:
-        list_rv, start = self.rv, None
+        """One page of a list: the state at `at_rv` (None: the current one), or, with a continue token, at
+        the token's version (a consistent list across pages) after the token's key."""
+        list_rv, start = (self.rv if at_rv is None else at_rv), None
         if continue_token:
-            list_rv, start = decode_continue(continue_token)
-        bucket = self._objects.get(storage, {})
+            token_rv, start = decode_continue(continue_token)
+            list_rv = self.rv if token_rv == -1 else token_rv
+            if token_rv != -1 and token_rv < self._dropped_rv(storage):
+                # etcd3's handleCompactedErrorForPaging: go on at the current state with a new token.
+                raise errors.expired(errors.CONTINUE_TOO_OLD, continue_token=encode_continue(-1, start))
+        bucket = self.snapshot(storage, list_rv) if list_rv < self.rv else self._objects.get(storage, {})
         keys = sorted(
             k for k in bucket if (namespace is None or k[0] == namespace) and (start is None or k > start)
         )
@@ -174,6 +203,10 @@ class Store:
             last = key
         token = encode_continue(list_rv, last) if remaining and last is not None else ""
         return ListPage(items, list_rv, token, remaining if token else None)
+
+    def _dropped_rv(self, storage: str) -> int:
+        history = self._histories.get(storage)
+        return 0 if history is None else history.dropped_rv
 
     # ----------------------------------------------------------------------------------------- writes
 
@@ -206,6 +239,7 @@ class Store:
             history = self._histories[storage] = _History(deque(maxlen=self._history_size))
         if len(history.events) == self._history_size:
             history.truncated = True
+            history.dropped_rv = history.events[0].rv
         history.events.append(event)
         for watcher in tuple(self._watchers.get(storage, ())):
             watcher.offer(event)
@@ -258,4 +292,4 @@ def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         namespace, _, name = str(data["start"]).rstrip("\u0000").partition("/")
         return int(data["rv"]), (namespace, name)
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError) as err:
-        raise errors.bad_request(f"continue key is not valid: {err}") from err
+        raise errors.bad_request(f"invalid continue token: continue key is not valid: {err}") from err

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from sim.emulator import errors
 from sim.emulator.errors import ApiError
+from sim.emulator.listoptions import parse_resource_version
 from sim.emulator.resources import ResourcePath, ResourceType
 from sim.emulator.state import ApiState
 from sim.emulator.store import Delivery, Store, StoredEvent, Watcher
@@ -79,12 +80,7 @@ def initial_deliveries(store: Store, storage: str, *, watcher: Watcher, query: W
             for obj in store.objects(storage, watcher.namespace)
             if watcher.predicate(obj)
         ]
-    try:
-        since = int(query.resource_version)
-    except ValueError as err:
-        raise errors.bad_request(
-            f'resourceVersion: Invalid value: "{query.resource_version}": must be a valid resource version'
-        ) from err
+    since = parse_resource_version(query.resource_version, watch=True)
     return [d for d in map(watcher.classify, store.events_since(storage, since)) if d is not None]
 
 
