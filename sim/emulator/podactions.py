@@ -5,14 +5,48 @@ from __future__ import annotations
 
 import copy
 
-from sim.emulator import errors
-from sim.emulator.disruption import budget, pdb_selects
+from sim.emulator import disruption, errors
 from sim.emulator.errors import ApiError, FieldError, Status
 from sim.emulator.registry import Registry
-from sim.emulator.resources import builtin, pods
+from sim.emulator.resources import pods
 from sim.emulator.strategy import prune_nulls, set_pod_condition
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready
+
+
+def can_ignore_budget(pod: Obj) -> bool:
+    """canIgnorePDB: a pod that is not running (yet or any more), or already terminating."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _budget_allows(registry: Registry, pod: Obj, *, now: float, dry_run: bool) -> None:
+    """The budget part of EvictionREST.Create, judged from the budget's status (kept by
+    disruption.DisruptionController, as the real disruption controller keeps it)."""
+    budgets = disruption.budgets_of(registry.store, pod)
+    if len(budgets) > 1:
+        raise ApiError(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                "does not support.",
+                "code": 500,
+            }
+        )
+    if not budgets:
+        return
+    pdb = budgets[0]
+    if not is_pod_ready(pod):
+        # An unhealthy pod may go when the policy says so, or when the budget is met anyway.
+        if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return
+        status = pdb.get("status") or {}
+        if status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0) > 0:
+            return
+    disruption.check_and_decrement(registry.store, pdb, pod["metadata"]["name"], now=now, dry_run=dry_run)
 
 
 def evict(
@@ -28,28 +62,8 @@ def evict(
     registry.check_preconditions(rtype, pod, options)
     # The condition write below changes the resourceVersion the client may have pinned: checked now.
     options.pop("preconditions", None)
-    phase = (pod.get("status") or {}).get("phase")
-    ignore_pdb = phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
-    if not ignore_pdb:
-        pdbs = [
-            p
-            for p in registry.store.objects(builtin("policy", "poddisruptionbudgets").storage_key, namespace)
-            if pdb_selects(p, pod)
-        ]
-        if len(pdbs) > 1:
-            raise ApiError(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource "
-                    "does not support.",
-                    "code": 500,
-                }
-            )
-        if pdbs:
-            _check_budget(registry, pdbs[0], pod, namespace)
+    if not can_ignore_budget(pod):
+        _budget_allows(registry, pod, now=now, dry_run=dry_run)
     if not dry_run:
         with_condition = copy.deepcopy(pod)
         set_pod_condition(
@@ -66,28 +80,6 @@ def evict(
             registry.store.put(rtype.storage_key, with_condition)
         registry.delete(rtype, namespace, name, options, now=now)
     return errors.success(code=201)
-
-
-def _check_budget(registry: Registry, pdb: Obj, pod: Obj, namespace: str) -> None:
-    pdb_name = pdb["metadata"]["name"]
-    found = budget(pdb, registry.store.objects(pods().storage_key, namespace))
-    if not is_pod_ready(pod):
-        policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
-        if policy == "AlwaysAllow":
-            return
-        if found.current_healthy >= found.desired_healthy and found.desired_healthy > 0:
-            return
-    if found.disruptions_allowed == 0:
-        raise errors.too_many_requests(
-            "Cannot evict pod as it would violate the pod's disruption budget.",
-            causes=[
-                {
-                    "reason": "DisruptionBudget",
-                    "message": f"The disruption budget {pdb_name} needs {found.desired_healthy} healthy pods "
-                    f"and has {found.current_healthy} currently",
-                }
-            ],
-        )
 
 
 def bind(

@@ -1,6 +1,7 @@
 """A Kubernetes API server emulator: plain HTTP on loopback, JSON, enough of the real semantics for
 stagger and its simulated cluster (CRUD, watch, selectors, patch, validation, graceful deletion,
-eviction with PodDisruptionBudgets, binding, mutating admission webhooks, discovery, kubectl tables).
+eviction judged from PodDisruptionBudget status kept by an in-emulator disruption controller, binding,
+mutating admission webhooks, discovery, kubectl tables).
 
 Library use::
 
@@ -18,10 +19,12 @@ Command line: `python -m sim apiserver` (`sim.cli.apiserver`).
 Where it knowingly differs from a real cluster: no authentication or RBAC (the bearer token names the
 user); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
 answered); past states (Exact lists, continue tokens) reach back as far as the per-resource watch
-history (`watch_history` events; older: 410 Expired, as after an etcd compaction); PodDisruptionBudget status is not maintained (evictions compute the budget from the
-pods); namespace deletion removes the content at once; `propagationPolicy` is accepted but garbage
-collection is left to the simulated cluster; pods whose graceful deletion no kubelet finishes are
-removed `graceful_deletion_slack` seconds after their deletionTimestamp.
+history (`watch_history` events; older: 410 Expired, as after an etcd compaction);
+PodDisruptionBudget status is recomputed inside every write of a budget or its pods (the real
+controller lags a little; see `disruption`); namespace deletion removes the content at once;
+`propagationPolicy` is accepted but garbage collection is left to the simulated cluster; pods whose
+graceful deletion no kubelet finishes are removed `graceful_deletion_slack` seconds after their
+deletionTimestamp.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import aiohttp
 from aiohttp import web
 
 from sim.emulator.admission import WebhookDispatcher
+from sim.emulator.disruption import DisruptionController
 from sim.emulator.handlers import handle
 from sim.emulator.registry import Registry, RegistryConfig
 from sim.emulator.resources import namespaces
@@ -130,6 +134,8 @@ def make_app(settings: ApiServerSettings) -> web.Application:
         service_endpoints=dict(settings.service_resolver),
     )
     state.registry.on_deadline = state.reaper_wakeup.set
+    if settings.disruption_controller:
+        DisruptionController(store).attach()
     _bootstrap(state.registry)
     app = web.Application(middlewares=[_request_log], client_max_size=16 * 1024 * 1024)
     app[STATE] = state

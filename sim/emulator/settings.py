@@ -25,4 +25,7 @@ class ApiServerSettings:
     watch_liveness_interval: float = 5.0  # how often an idle watch checks that its client is still there
     graceful_deletion_slack: float = 2.0  # after a pod's deletionTimestamp, the server finishes its deletion
     update_retries: int = 5  # retries of an update whose object changed while it was in admission
+    # The disruption controller keeps PodDisruptionBudget status; off, budgets are never processed (as in a
+    # cluster without kube-controller-manager) and evictions they cover answer 429.
+    disruption_controller: bool = True
     shutdown_timeout: float = 5.0  # bound for closing open connections (watches) at stop

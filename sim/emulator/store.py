@@ -132,6 +132,7 @@ class Store:
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._histories: dict[str, _History] = {}
         self._watchers: dict[str, set[Watcher]] = {}
+        self._listeners: list[Callable[[str, StoredEvent], None]] = []
 
     # ------------------------------------------------------------------------------------------ reads
 
@@ -243,6 +244,12 @@ class Store:
         history.events.append(event)
         for watcher in tuple(self._watchers.get(storage, ())):
             watcher.offer(event)
+        for listener in self._listeners:
+            listener(storage, event)
+
+    def add_listener(self, listener: Callable[[str, StoredEvent], None]) -> None:
+        """Call `listener` after every write, inside it (the emulator's controllers: they may write too)."""
+        self._listeners.append(listener)
 
     # ---------------------------------------------------------------------------------------- watches
 

@@ -1,7 +1,8 @@
-"""Eviction (POST pods/NAME/eviction): 201 Success when the pod's PodDisruptionBudget allows it, 429
-TooManyRequests with the real message and DisruptionBudget cause when not; Pending/terminal pods skip
-the budget, unready pods go when the budget is met; DisruptionTarget condition before deletion;
-budgets computed from minAvailable/maxUnavailable (ints and percentages); two budgets are a 500."""
+"""Eviction (POST pods/NAME/eviction): 201 Success when the pod's PodDisruptionBudget status allows it,
+429 TooManyRequests with the real message and DisruptionBudget cause when not; Pending/terminal pods skip
+the budget, unready pods go when the budget is met; DisruptionTarget condition before deletion; the
+status the disruption controller computes from minAvailable/maxUnavailable (ints and percentages, the
+controllers' scale); two budgets are a 500; without the controller, budgets are never processed."""
 
 from __future__ import annotations
 
@@ -11,15 +12,50 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from sim.emulator.disruption import budget, scaled
+from sim.emulator.disruption import scaled, synced_status
+from sim.emulator.server import ApiServerSettings
 from tests.emulator.conftest import Core, Http, pod
 
 PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+RS = "/apis/apps/v1/namespaces/default/replicasets"
 
 
-def running_pod(core: Core, name: str, *, ready: bool = True, labels: dict[str, str] | None = None) -> None:
-    core.create_namespaced_pod("default", pod(name, labels=labels or {"app": "web"}))
+def replicaset(http: Http, replicas: int) -> dict[str, Any]:
+    """A ReplicaSet for the pods to belong to: its replicas are what maxUnavailable counts from."""
+    labels = {"app": "web"}
+    body = {
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod()["spec"]},
+        },
+    }
+    response = http.post(RS, body)
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "web",
+        "uid": created["metadata"]["uid"],
+        "controller": True,
+    }
+
+
+def running_pod(
+    core: Core,
+    name: str,
+    *,
+    ready: bool = True,
+    labels: dict[str, str] | None = None,
+    owner: dict[str, Any] | None = None,
+) -> None:
+    manifest = pod(name, labels=labels or {"app": "web"})
+    if owner is not None:
+        manifest["metadata"]["ownerReferences"] = [owner]
+    core.create_namespaced_pod("default", manifest)
     core.create_namespaced_pod_binding(
         name, "default", {"metadata": {"name": name}, "target": {"name": "n1"}}, _preload_content=False
     )
@@ -82,8 +118,9 @@ def test_eviction_blocked_by_the_budget_is_429_with_the_real_status(core: Core, 
 
 
 def test_allowed_eviction_marks_then_deletes_and_uses_up_the_budget(core: Core, http: Http) -> None:
+    owner = replicaset(http, 3)
     for name in ("a", "b", "c"):
-        running_pod(core, name)
+        running_pod(core, name, owner=owner)
     make_pdb(http, maxUnavailable=1)
     rv = core.list_namespaced_pod("default").metadata.resource_version
     response = evict(http, "a")
@@ -145,6 +182,66 @@ def test_eviction_of_a_missing_pod_is_404(http: Http) -> None:
     assert evict(http, "ghost").status_code == 404
 
 
+def test_budgets_of_bare_pods_by_max_unavailable_expect_none(core: Core, http: Http) -> None:
+    running_pod(core, "a")
+    make_pdb(http, maxUnavailable=1)
+    response = evict(http, "a")
+    assert response.status_code == 429
+    status = http.get(f"{PDBS}/web").json()["status"]
+    assert (status["expectedPods"], status["currentHealthy"], status["disruptionsAllowed"]) == (0, 1, 0)
+
+
+def test_a_budget_over_job_pods_fails_to_sync_and_stays_unprocessed(core: Core, http: Http) -> None:
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u-1", "controller": True}
+    running_pod(core, "a", owner=owner)
+    make_pdb(http, maxUnavailable=1)
+    pdb = http.get(f"{PDBS}/web").json()
+    assert "observedGeneration" not in pdb["status"]
+    condition = pdb["status"]["conditions"][0]
+    assert (condition["reason"], condition["message"]) == (
+        "SyncFailed",
+        "jobs.batch does not implement the scale subresource",
+    )
+    response = evict(http, "a")
+    assert response.status_code == 429
+    assert response.json()["details"] == {
+        "causes": [
+            {
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget web is still being processed by the server.",
+            }
+        ],
+        "retryAfterSeconds": 10,
+    }
+    assert response.headers["Retry-After"] == "10"
+
+
+class TestWithoutController:
+    @pytest.fixture
+    def settings(self) -> ApiServerSettings:
+        return ApiServerSettings(disruption_controller=False)
+
+    def test_budgets_are_never_processed(self, core: Core, http: Http) -> None:
+        running_pod(core, "a")
+        make_pdb(http, minAvailable=0)
+        assert http.get(f"{PDBS}/web").json()["status"] == {
+            "disruptionsAllowed": 0,
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "expectedPods": 0,
+        }
+        assert evict(http, "a").status_code == 429
+
+
+WORKLOADS = {
+    ("replicasets.apps", "default", "web"): {
+        "metadata": {"name": "web", "uid": "rs-1"},
+        "spec": {"replicas": 3},
+    }
+}
+OWNED = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1", "controller": True}
+
+
 @pytest.mark.parametrize(
     ("spec", "ready", "expected"),
     [
@@ -153,23 +250,33 @@ def test_eviction_of_a_missing_pod_is_404(http: Http) -> None:
         pytest.param({"maxUnavailable": 1}, 3, (3, 2, 3, 1), id="max-int"),
         pytest.param({"maxUnavailable": "34%"}, 3, (3, 1, 3, 2), id="max-percent-rounds-up"),
         pytest.param({"maxUnavailable": 0}, 2, (3, 3, 2, 0), id="max-zero-unready"),
-        pytest.param({}, 3, (3, 0, 3, 3), id="neither"),
+        pytest.param({}, 3, (0, 0, 3, 0), id="neither"),
     ],
 )
 def test_budget_arithmetic(spec: dict[str, Any], ready: int, expected: tuple[int, int, int, int]) -> None:
-    pdb = {"spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}}
+    pdb = {
+        "metadata": {"name": "web", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
+    }
     pods = [
         {
-            "metadata": {"labels": {"app": "web"}},
+            "metadata": {
+                "name": f"p{i}",
+                "namespace": "default",
+                "labels": {"app": "web"},
+                "ownerReferences": [OWNED],
+            },
             "status": {"conditions": [{"type": "Ready", "status": "True" if i < ready else "False"}]},
         }
         for i in range(3)
     ]
-    found = budget(pdb, pods)
+    status = synced_status(pdb, pods, lambda *key: WORKLOADS.get(key), now=0.0)
+    assert status is not None
     assert (
-        found.expected,
-        found.desired_healthy,
-        found.current_healthy,
-        found.disruptions_allowed,
+        status["expectedPods"],
+        status["desiredHealthy"],
+        status["currentHealthy"],
+        status["disruptionsAllowed"],
     ) == expected
+    assert status["observedGeneration"] == 1
     assert scaled("10%", 15) == 2
