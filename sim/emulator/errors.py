@@ -35,7 +35,7 @@ class Status(TypedDict):
     message: NotRequired[str]
     reason: NotRequired[str]
     details: NotRequired[StatusDetails]
-    code: int
+    code: NotRequired[int]
 
 
 class ApiError(Exception):
@@ -82,11 +82,15 @@ def failure_without_reason(*, code: int, message: str) -> Status:
     }
 
 
-def success(*, code: int, details: StatusDetails | None = None) -> Status:
-    status: Status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+def success(*, code: int | None, details: StatusDetails | None = None) -> Status:
+    """A Success Status; `code=None` leaves it out, as the generic store's DELETE answer does
+    (k8s.io/apiserver/pkg/registry/generic/registry/store.go: Status{Status: Success, Details: ...})."""
+    status: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+    if code is not None:
+        status["code"] = code
     if details is not None:
         status["details"] = details
-    return status
+    return status  # type: ignore[return-value]
 
 
 def qualified(group: str, name: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.emulator import errors, microtime
+from sim.emulator import decoding, errors, microtime
 from sim.emulator.errors import FieldError, Status
 from sim.emulator.resources import RESOURCE_TYPES, ResourceType, namespaces, pods
 from sim.emulator.schema import Schemas, format_path, remove_paths
@@ -175,7 +175,9 @@ class Registry:
                 f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})"
             )
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
-        problem = microtime.decode_problem(rtype.group, rtype.kind, obj)
+        problem = decoding.decode_problem(self.schemas, rtype.schema, obj) or microtime.decode_problem(
+            rtype.group, rtype.kind, obj
+        )
         if problem:
             raise errors.bad_request(
                 f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {problem}'
@@ -446,7 +448,7 @@ class Registry:
             details["group"] = rtype.group
         details["kind"] = rtype.name
         details["uid"] = metadata.get("uid", "")
-        return 200, errors.success(code=200, details=details)
+        return 200, errors.success(code=None, details=details)
 
     def _forget_deadline(self, rtype: ResourceType, namespace: str, name: str) -> None:
         if rtype.kind == "Pod":

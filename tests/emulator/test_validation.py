@@ -1,5 +1,5 @@
-"""Validation: schema violations (kubernetes-validate's OpenAPI schemas) and semantic rules answer 422
-Invalid with causes; pod update rules (immutable spec except images, activeDeadlineSeconds, added
+"""Validation: values of the wrong type cannot be decoded (400, as Go's decoder words it); semantic rules
+answer 422 Invalid with causes; pod update rules (immutable spec except images, activeDeadlineSeconds, added
 tolerations, removed scheduling gates), gates only at creation, spec.nodeName only via binding
 (binding a bound or gated pod is 409), workload selectors."""
 
@@ -21,16 +21,16 @@ def causes(response: Any) -> list[tuple[str, str]]:
     return [(c["field"], c["reason"]) for c in response.json()["details"]["causes"]]
 
 
-def test_schema_type_error_is_422_with_the_field(http: Http) -> None:
+def test_a_value_of_the_wrong_type_cannot_be_decoded(http: Http) -> None:
     manifest = pod("p")
     manifest["spec"]["containers"][0]["ports"] = [{"containerPort": "eighty"}]
     response = http.post(PODS, manifest)
-    assert response.status_code == 422
+    assert response.status_code == 400
     body = response.json()
-    assert body["reason"] == "Invalid" and body["details"]["kind"] == "Pod" and body["details"]["name"] == "p"
-    assert causes(response) == [("spec.containers[0].ports[0].containerPort", "FieldValueTypeInvalid")]
-    assert body["message"].startswith(
-        'Pod "p" is invalid: spec.containers[0].ports[0].containerPort: Invalid value: "eighty"'
+    assert body["reason"] == "BadRequest"
+    assert body["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field '
+        "ContainerPort.spec.containers.ports.containerPort of type int32"
     )
 
 
