@@ -29,12 +29,6 @@ class GrantRequest(TypedDict):
     node: str
 
 
-class GrantAnswer(TypedDict):
-    granted: bool
-    reason: str
-    retryAfter: float
-
-
 @dataclass(frozen=True)
 class GroupVerdict:
     granted: bool
