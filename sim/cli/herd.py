@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -48,11 +49,33 @@ async def run_once(
         )
 
 
+async def _heartbeat(label: str, started: float) -> None:
+    # A run takes tens of seconds of wall time: say it is still going rather than sit silent.
+    while True:
+        await asyncio.sleep(10)
+        print(f"  {label}: still running ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
+
+
 async def run_demo(scenario: Scenario) -> list[RunResult]:
     results = []
-    for stagger in (False, True):
-        logger.info("running %s %s stagger", scenario.name, "with" if stagger else "without")
-        results.append(await run_once(scenario, stagger=stagger))
+    for index, stagger in enumerate((False, True), start=1):
+        label = f"run {index} of 2, {'with' if stagger else 'without'} stagger"
+        print(f"{label}: scenario {scenario.name} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        ticker = asyncio.create_task(_heartbeat(label, started))
+        try:
+            result = await run_once(scenario, stagger=stagger)
+        finally:
+            ticker.cancel()
+        ready = (
+            "not all Ready"
+            if result.all_ready_seconds is None
+            else f"all Ready at {result.all_ready_seconds:.1f} sim s"
+        )
+        print(
+            f"{label}: done in {time.monotonic() - started:.0f}s wall, {ready}", file=sys.stderr, flush=True
+        )
+        results.append(result)
     return results
 
 
@@ -97,5 +120,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(as_json(results, png=png))
     else:
         print(format_table(results))
-        print(f"timeline: {png}")
+        print(f"timeline plot written to {png}")
     return 0 if all(r.all_ready_seconds is not None for r in results) else 1
