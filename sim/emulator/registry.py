@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from sim.emulator import decoding, errors, microtime
 from sim.emulator.errors import FieldError, Status
-from sim.emulator.resources import RESOURCE_TYPES, ResourceType, namespaces, pods
+from sim.emulator.resources import RESOURCE_TYPES, ResourceType, builtin, namespaces, pods
 from sim.emulator.schema import Schemas, format_path, remove_paths
 from sim.emulator.selectors import FieldSelector, LabelSelector, field_values
 from sim.emulator.store import Store
@@ -27,6 +27,7 @@ from sim.emulator.strategy import (
     event_from_core,
     event_to_core,
     generate_name,
+    mount_service_account_token,
     prepare_for_create,
     prepare_for_update,
     prune_nulls,
@@ -218,6 +219,12 @@ class Registry:
                 self._require_namespace(metadata["namespace"])
             if rtype.kind == "Pod":
                 admit_pod_in_tree(obj)
+                account = self.store.get(
+                    builtin("", "serviceaccounts").storage_key,
+                    metadata["namespace"],
+                    obj["spec"]["serviceAccountName"],
+                )
+                mount_service_account_token(obj, account)
         return Decoded(obj, tuple(warnings), schema_errors)
 
     def _require_namespace(self, namespace: str) -> None:

@@ -166,6 +166,62 @@ def admit_pod_in_tree(pod: Obj) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
+TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION = 60 * 60 + 7  # serviceaccount.WarnOnlyBoundTokenExpirationSeconds
+
+
+def _token_volume(name: str) -> Obj:
+    """TokenVolumeSource: the projected token, cluster CA and namespace."""
+    return {
+        "name": name,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": TOKEN_EXPIRATION, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+            ],
+            "defaultMode": 420,
+        },
+    }
+
+
+def mount_service_account_token(pod: Obj, service_account: Obj | None) -> None:
+    """The ServiceAccount admission plugin on pod CREATE (plugin/pkg/admission/serviceaccount/admission.go
+    v1.36): unless the pod (or else its service account) opts out, every container without a mount at
+    TOKEN_MOUNT_PATH mounts a projected `kube-api-access-XXXXX` volume; the service account's image pull
+    secrets are copied to a pod without any. (The emulator does not refuse a pod whose service account
+    does not exist: it creates no `default` ones.)"""
+    spec = pod.setdefault("spec", {})
+    account = service_account or {}
+    automount = spec.get("automountServiceAccountToken")
+    if automount is None:
+        automount = account.get("automountServiceAccountToken")
+    if automount is not False:
+        volumes = spec.get("volumes") or []
+        existing = next((v for v in volumes if str(v.get("name", "")).startswith("kube-api-access-")), None)
+        name = existing["name"] if existing else generate_name("kube-api-access-")
+        needed = False
+        for kind in ("initContainers", "containers"):
+            for container in spec.get(kind) or []:
+                mounts = container.setdefault("volumeMounts", [])
+                if not any(m.get("mountPath") == TOKEN_MOUNT_PATH for m in mounts):
+                    mounts.append({"name": name, "readOnly": True, "mountPath": TOKEN_MOUNT_PATH})
+                    needed = True
+        if needed and existing is None:
+            spec["volumes"] = [*volumes, _token_volume(name)]
+    if not spec.get("imagePullSecrets") and account.get("imagePullSecrets"):
+        spec["imagePullSecrets"] = [{"name": s.get("name", "")} for s in account["imagePullSecrets"]]
+
+
 # ---------------------------------------------------------------------------------------- create / update
 
 

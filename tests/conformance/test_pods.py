@@ -121,3 +121,48 @@ async def test_status_update_keeps_the_spec(kube: Conn) -> None:
     assert reply.status == 200, reply.body
     assert "activeDeadlineSeconds" not in reply.body["spec"]
     assert (reply.body["status"]["phase"], reply.body["status"]["message"]) == ("Running", "hello")
+
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+async def test_pods_get_the_service_account_token_volume(kube: Conn) -> None:
+    """plugin/pkg/admission/serviceaccount/admission.go: mountServiceAccountToken, TokenVolumeSource."""
+    created = await kube.created(
+        kube.pods, pod("p", initContainers=[{"name": "init", "image": "registry.k8s.io/pause:3.10"}])
+    )
+    [volume] = created["spec"]["volumes"]
+    name = volume["name"]
+    assert name.startswith("kube-api-access-") and len(name) == len("kube-api-access-") + 5
+    assert volume["projected"] == {
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                        }
+                    ]
+                }
+            },
+        ],
+        "defaultMode": 420,
+    }
+    mount = {"name": name, "readOnly": True, "mountPath": TOKEN_PATH}
+    assert created["spec"]["containers"][0]["volumeMounts"] == [mount]
+    assert created["spec"]["initContainers"][0]["volumeMounts"] == [mount]
+    assert created["spec"]["serviceAccountName"] == "default"
+
+
+async def test_no_token_volume_when_the_pod_opts_out_or_mounts_the_path_itself(kube: Conn) -> None:
+    opted_out = await kube.created(kube.pods, pod("out", automountServiceAccountToken=False))
+    assert "volumes" not in opted_out["spec"]
+    assert "volumeMounts" not in opted_out["spec"]["containers"][0]
+    own = pod("own", volumes=[{"name": "mine", "emptyDir": {}}])
+    own["spec"]["containers"][0]["volumeMounts"] = [{"name": "mine", "mountPath": TOKEN_PATH}]
+    created = await kube.created(kube.pods, own)
+    assert [v["name"] for v in created["spec"]["volumes"]] == ["mine"]
+    assert created["spec"]["containers"][0]["volumeMounts"] == [{"name": "mine", "mountPath": TOKEN_PATH}]
