@@ -181,15 +181,26 @@ def method_not_allowed() -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
+# What the real server's body decoding accepts (its protobuf included, which the emulator does not decode).
+BODY_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+def unsupported_media_type() -> ApiError:
+    """A body in a format the server does not decode (apiserver's negotiation errUnsupportedMediaType)."""
     return ApiError(
         failure(
             code=415,
             reason="UnsupportedMediaType",
-            message=f"the body of the request was in an unknown format - accepted media types include: "
-            f"{', '.join(accepted)}",
-            details={"kind": content_type} if content_type else {},
+            message="the body of the request was in an unknown format - accepted media types include: "
+            + ", ".join(BODY_MEDIA_TYPES),
         )
+    )
+
+
+def unsupported_patch_type() -> ApiError:
+    """A PATCH whose Content-Type is no patch type (handlers/patch.go: NewGenericServerResponse(415))."""
+    return ApiError(
+        failure(code=415, reason="UnsupportedMediaType", message="415: Unsupported Media Type", details={})
     )
 
 

@@ -48,22 +48,48 @@ def apply_patch(
     if content_type == JSON_PATCH:
         operations = _load(body)
         if not isinstance(operations, list):
-            raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+            raise errors.bad_request(
+                f"error decoding patch: json: cannot unmarshal {_json_kind(operations)} into Go value of type "
+                "[]handlers.jsonPatchOp"
+            )
         try:
             return jsonpatch.apply_patch(original, operations)
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as err:
-            raise unprocessable(str(err)) from err
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as err:
+            # handlers/patch.go applyJSPatch: NewGenericServerResponse(422), the cause not shown.
+            raise unprocessable(GENERIC_422) from err
     if content_type == MERGE_PATCH:
-        return merge_patch(original, _load(body))
+        patch = _load(body)
+        if not isinstance(patch, dict):
+            raise errors.bad_request(f"error decoding patch: {_not_a_map(patch)}")
+        return merge_patch(original, patch)
     if content_type == STRATEGIC_MERGE_PATCH:
         patch = _load(body)
         if not isinstance(patch, dict):
-            raise errors.bad_request("invalid JSON document: a strategic merge patch must be a JSON object")
+            raise errors.bad_request(_not_a_map(patch))
         try:
             return strategic_merge_patch(original, patch, schemas=schemas, node=schemas.root(definition))
         except PatchError as err:
             raise unprocessable(str(err)) from err
-    raise errors.unsupported_media_type(content_type, list(SUPPORTED))
+    raise errors.unsupported_patch_type()
+
+
+GENERIC_422 = "the server rejected our request due to an error in our request"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
+def _not_a_map(value: Any) -> str:
+    return f"json: cannot unmarshal {_json_kind(value)} into Go value of type map[string]interface {{}}"
 
 
 def unprocessable(message: str) -> errors.ApiError:

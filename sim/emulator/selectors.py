@@ -155,8 +155,11 @@ class _LabelParser:
             raise self.fail(f'values[0][key]: Invalid value: "{token}": {problem}')
         return token
 
-    def value(self) -> str:
+    def value(self, *, exact: bool = False) -> str:
+        """parseExactValue (exact): end or a comma is the empty value, else an identifier is needed."""
         token = self.peek()
+        if exact and token not in (None, ",") and not _is_ident(token):
+            raise self.fail(f"found '{token}', expected: identifier")
         if not _is_ident(token):
             return ""  # `k=` selects the empty value
         self.pos += 1
@@ -167,8 +170,9 @@ class _LabelParser:
         return token
 
     def value_set(self) -> frozenset[str]:
-        if self.take() != "(":
-            raise self.fail("found '', expected: '('")
+        token = self.take()
+        if token != "(":
+            raise self.fail(f"found '{token or ''}' expected: '('")  # sic: selector.go parseValues
         values: list[str] = []
         while True:
             values.append(self.value())
@@ -191,9 +195,9 @@ class _LabelParser:
             return Requirement(key, "exists")
         self.take()
         if op in ("=", "=="):
-            return Requirement(key, "in", frozenset([self.value()]))
+            return Requirement(key, "in", frozenset([self.value(exact=True)]))
         if op == "!=":
-            return Requirement(key, "notin", frozenset([self.value()]))
+            return Requirement(key, "notin", frozenset([self.value(exact=True)]))
         if op in ("in", "notin"):
             return Requirement(key, "in" if op == "in" else "notin", self.value_set())
         if op in ("<", ">"):
