@@ -295,7 +295,13 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+class GoRendered(str):
+    """A bad value already printed as the real server prints it (e.g. an internal Go struct)."""
+
+
 def _go_value(value: Any) -> str:
+    if isinstance(value, GoRendered):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, bool):

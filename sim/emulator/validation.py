@@ -15,6 +15,7 @@ from sim.emulator.names import (
     label_value_problems,
     qualified_name_problems,
 )
+from sim.emulator.policyvalidation import pdb_spec_errors
 from sim.emulator.resources import ResourceType
 from sim.emulator.selectors import SelectorError, selector_from_object
 from sim.emulator.strategy import prune_nulls
@@ -309,13 +310,7 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     elif kind == "Lease":
         errors.extend(_lease_errors(obj.get("spec") or {}))
     elif kind == "PodDisruptionBudget":
-        spec = obj.get("spec") or {}
-        if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
-            errors.append(
-                FieldError(
-                    "FieldValueInvalid", "spec", "minAvailable and maxUnavailable cannot be both set", spec
-                )
-            )
+        errors.extend(pdb_spec_errors(obj.get("spec") or {}))
     return errors
 
 

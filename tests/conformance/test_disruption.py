@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from tests.conformance.support import Conn, pod
+import pytest
+
+from tests.conformance.support import Conn, invalid_message, pod
 
 LABELS = {"app": "web"}
 
@@ -242,3 +244,54 @@ async def test_an_empty_selector_covers_every_pod(kube: Conn) -> None:
         "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
         "code": 500,
     }
+
+
+PERCENT = (
+    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex "
+    "used for validation is '[0-9]+%')"
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "errors"),
+    [
+        (
+            {"minAvailable": 1, "maxUnavailable": "50%", "selector": {"matchLabels": LABELS}},
+            [
+                'spec: Invalid value: {"MinAvailable":1,"Selector":{"matchLabels":{"app":"web"}},"MaxUnavailable":'
+                '"50%","UnhealthyPodEvictionPolicy":null}: minAvailable and maxUnavailable cannot be both set'
+            ],
+        ),
+        ({"minAvailable": -1}, ["spec.minAvailable: Invalid value: -1: must be greater than or equal to 0"]),
+        (
+            {"maxUnavailable": "150%"},
+            ['spec.maxUnavailable: Invalid value: "150%": must not be greater than 100%'],
+        ),
+        ({"minAvailable": "x"}, [f'spec.minAvailable: Invalid value: "x": {PERCENT}']),
+        (
+            {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "Never"},
+            [
+                'spec.unhealthyPodEvictionPolicy: Unsupported value: "Never": supported values: "AlwaysAllow", '
+                '"IfHealthyBudget"'
+            ],
+        ),
+        (
+            {"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "Bad"}]}},
+            [
+                'spec.selector.matchExpressions[0].operator: Invalid value: "Bad": not a valid selector operator'
+            ],
+        ),
+        (
+            {"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            [
+                "spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is "
+                "'In' or 'NotIn'"
+            ],
+        ),
+    ],
+    ids=["both", "negative", "over-100", "not-a-percent", "eviction-policy", "operator", "no-values"],
+)
+async def test_budget_specs_are_validated(kube: Conn, spec: dict[str, Any], errors: list[str]) -> None:
+    reply = await kube.post(kube.pdbs, {"metadata": {"name": "b"}, "spec": spec})
+    assert reply.status == 422
+    assert reply.body["message"] == invalid_message("PodDisruptionBudget.policy", "b", *errors)
