@@ -1,5 +1,7 @@
 """The herd demo, scaled down to two nodes: a restart storm without stagger; with real lockd processes and real
-init clients at most two containers start at once per node, nothing restarts and all pods are Ready sooner."""
+init clients at most two containers start at once per node and nothing restarts. Which run is Ready first is
+not asserted: simulated time advances with wall time while 30 real init-client processes start, so on a loaded
+machine it measures the machine (`make demo` reports it)."""
 
 from __future__ import annotations
 
@@ -41,5 +43,4 @@ async def test_without_stagger_the_herd_storms_and_with_it_starts_two_at_a_time(
     assert on.all_ready_seconds is not None, "the staggered herd never converged"
     assert on.peak_starting == {"sim-node-0": 2, "sim-node-1": 2}
     assert on.restarts == 0
-    assert on.all_ready_seconds < off.all_ready_seconds
     assert on.timeline[-1][1] == 30 and off.timeline[-1][1] == 30
