@@ -9,8 +9,11 @@ after the table.
 from __future__ import annotations
 
 import argparse
+import re
+import secrets
+import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from stagger import options
@@ -36,6 +39,38 @@ __all__ = ["DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "build_pa
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 
 
+def default_identity() -> str:
+    """The leader election identity without --identity or POD_NAME: this host's name plus a random
+    suffix, so two processes on one host never share an identity (client-go's examples do the same)."""
+    return f"{socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+# Kubernetes object names, always matched with `fullmatch`: a namespace is a DNS-1123 label, a Lease or
+# pod name a DNS-1123 subdomain.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _object_name(text: str, name: str, pattern: re.Pattern[str], longest: int) -> str:
+    if len(text) > longest or not pattern.fullmatch(text):
+        allowed = "letters, digits, '-' or '.'" if pattern is _DNS_SUBDOMAIN else "letters, digits or '-'"
+        raise SettingsError(
+            f"{name}: must be at most {longest} lowercase {allowed}, starting and ending with a letter or digit "
+            f"(got {text!r})"
+        )
+    return text
+
+
+def _dns_subdomain(text: str, name: str) -> str:
+    """A Lease or pod name."""
+    return _object_name(text, name, _DNS_SUBDOMAIN, 253)
+
+
+def _dns_label(text: str, name: str) -> str:
+    """A namespace."""
+    return _object_name(text, name, _DNS_LABEL, 63)
+
+
 @dataclass(frozen=True)
 class Settings:
     image: str  # the stagger image the injected init client runs from
@@ -58,6 +93,17 @@ class Settings:
     header_timeout: float = 10.0
     max_body: int = DEFAULT_MAX_BODY
     log_level: str = "info"
+    # Leader election (webhook.leader): a coordination.k8s.io/v1 Lease with client-go's default timings.
+    lease_name: str = "stagger-controller"
+    lease_namespace: str = "default"  # POD_NAMESPACE when set
+    # POD_NAME when set; otherwise random per process, so it is left out of comparisons.
+    identity: str = field(default_factory=default_identity, compare=False)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    # The controller's own pod (downward API), labelled `<prefix>/leader: "1"` while it leads; None: no label.
+    pod_name: str | None = None
+    pod_namespace: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -111,6 +157,29 @@ OPTIONS: tuple[Option, ...] = (
            "sends objects of at most about 3 MiB)", whole(1024), "BYTES"),
     Option("--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",
            one_of("debug", "info", "warning", "error"), "LEVEL"),
+    Option("--lease-name", ("STAGGER_LEASE_NAME",), "lease_name",
+           "the Lease the controller replicas elect their leader with (default stagger-controller)",
+           _dns_subdomain, "NAME"),
+    Option("--lease-namespace", ("STAGGER_LEASE_NAMESPACE", "POD_NAMESPACE"), "lease_namespace",
+           "namespace of --lease-name (default: the pod's own namespace, else default)",
+           _dns_label, "NAMESPACE"),
+    Option("--identity", ("STAGGER_IDENTITY", "POD_NAME"), "identity",
+           "this replica's holder identity in the Lease (default: the pod's name, else the host name plus "
+           "a random suffix)", text, "ID"),
+    Option("--lease-duration", ("STAGGER_LEASE_DURATION",), "lease_duration",
+           "how long followers wait after the leader's last renewal before taking over (default 15s)",
+           seconds(), "DURATION"),
+    Option("--renew-deadline", ("STAGGER_RENEW_DEADLINE",), "renew_deadline",
+           "the leader steps down when it has not renewed for this long; shorter than --lease-duration "
+           "(default 10s)", seconds(), "DURATION"),
+    Option("--retry-period", ("STAGGER_RETRY_PERIOD",), "retry_period",
+           "how often the Lease is renewed or tried; shorter than --renew-deadline (default 2s)",
+           seconds(), "DURATION"),
+    Option("--pod-name", ("STAGGER_POD_NAME", "POD_NAME"), "pod_name",
+           "this replica's own pod, labelled <prefix>/leader=1 while it leads so that a Service reaches "
+           "the leader (default: no label)", _dns_subdomain, "NAME"),
+    Option("--pod-namespace", ("STAGGER_POD_NAMESPACE", "POD_NAMESPACE"), "pod_namespace",
+           "namespace of --pod-name", _dns_label, "NAMESPACE"),
 )  # fmt: skip
 
 
@@ -151,6 +220,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         )
     known = {f.name for f in fields(Settings)}
     settings = Settings(**{k: v for k, v in values.items() if k in known})
+    _check_leader(settings)
     if (settings.host, settings.port) == (settings.probe_host, settings.probe_port) and settings.port != 0:
         raise SettingsError(
             f"--probe-listen: must differ from --listen (both {settings.host}:{settings.port})"
@@ -159,3 +229,25 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
 
 
 _TLS_FILES = (("--tls-cert", "tls_cert"), ("--tls-key", "tls_key"))
+
+
+def _check_leader(settings: Settings) -> None:
+    """The leader must give up before its lease can expire for the others, and must be able to retry
+    before it gives up (client-go's NewLeaderElector checks the same, with room for its 1.2 jitter on
+    the retry period; webhook.leader does not jitter). The labelled pod needs both its name and namespace."""
+    if settings.renew_deadline >= settings.lease_duration:
+        raise SettingsError(
+            f"--renew-deadline: must be shorter than --lease-duration ({settings.renew_deadline:g}s >= "
+            f"{settings.lease_duration:g}s), or a leader that cannot renew would still lead when another "
+            "replica takes over"
+        )
+    if settings.retry_period >= settings.renew_deadline:
+        raise SettingsError(
+            f"--retry-period: must be shorter than --renew-deadline ({settings.retry_period:g}s >= "
+            f"{settings.renew_deadline:g}s)"
+        )
+    if (settings.pod_name is None) != (settings.pod_namespace is None):
+        given, missing = ("--pod-name", "--pod-namespace")
+        if settings.pod_name is None:
+            given, missing = missing, given
+        raise SettingsError(f"{missing}: required with {given} (the pod labelled while it leads)")
