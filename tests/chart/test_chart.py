@@ -1,76 +1,168 @@
-"""The Helm chart renders to valid Kubernetes objects (checked against the official schemas with
-kubernetes-validate), its default policy is a valid stagger policy file, and lockd's DaemonSet carries
-what cluster mode needs (node name, hostPort, probes, the policy file, least-privilege RBAC)."""
+"""The Helm chart as a whole and its lockd part: `helm lint --strict` of the main configurations; every
+object of every configuration (defaults, controller disabled, an external controller, an existing
+certificate Secret, cert-manager, other values) is valid for the Kubernetes versions the chart supports
+(the official schemas via kubernetes-validate; cert-manager's own kinds are checked in
+test_controller_tls); NOTES.txt says how to opt a pod in and check /status; the default policy is a valid
+policy file; lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy
+file, least-privilege RBAC), settings lockd accepts, and no controller wiring without the controller; no
+volume of lockd or the controller is mounted inside another."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import kubernetes_validate
 import pytest
+import trustme
 import yaml
 
 from stagger import policy
-from tests.tools import ROOT, tool
+from tests.chart.helm import (
+    CHART,
+    CONTROLLER,
+    NAMESPACE,
+    PREFIX,
+    RELEASE,
+    by_kind,
+    container,
+    env,
+    named,
+    pod_spec,
+    render,
+    values,
+)
+from tests.tools import tool
 
-CHART = ROOT / "charts" / "stagger"
-K8S_VERSION = "1.30.0"
+# The oldest version Chart.yaml accepts, one in between and the newest schema kubernetes-validate ships.
+CHART_KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+K8S_VERSIONS = ("1.27.0", "1.30.0", "1.35.0")
+CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
-    args = [str(tool("helm")), "template", "demo", str(CHART), "--namespace", "stagger"]
-    for item in sets:
-        args += ["--set", item]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [doc for doc in docs if doc["kind"] == kind]
-    assert len(found) == 1, [doc["kind"] for doc in docs]
-    return found[0]
-
-
-def test_lint() -> None:
-    done = subprocess.run([str(tool("helm")), "lint", str(CHART)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+def ca_bundle() -> str:
+    return base64.b64encode(trustme.CA().cert_pem.bytes()).decode()
 
 
 @pytest.mark.parametrize(
     "sets",
     [
         pytest.param((), id="defaults"),
-        pytest.param(("lockd.controllerUrl=https://ctl.stagger:8443", "lockd.events=false"), id="controller"),
+        pytest.param(("controller.enabled=false",), id="controller-disabled"),
+        pytest.param(("controller.tls.certManager.enabled=true",), id="cert-manager"),
     ],
 )
-def test_every_object_is_valid(sets: tuple[str, ...]) -> None:
-    for doc in render(*sets):
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+def test_lint(sets: tuple[str, ...]) -> None:
+    args = [str(tool("helm")), "lint", "--strict", str(CHART)]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected", "absent"),
+    [
+        pytest.param(
+            (),
+            [f'{PREFIX}/enable: "1"', f"port-forward svc/{CONTROLLER} 9443:443", "/status?format=text"],
+            ["opt a pod in by hand"],
+            id="controller",
+        ),
+        pytest.param(
+            ("controller.enabled=false",),
+            [f'{PREFIX}/enable: "1"', "opt a pod in by hand", "/status?format=text"],
+            ["port-forward"],
+            id="controller-disabled",
+        ),
+    ],
+)
+def test_notes_say_how_to_opt_in_and_check_status(
+    sets: tuple[str, ...], expected: list[str], absent: list[str]
+) -> None:
+    args = [str(tool("helm")), "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    notes = done.stdout.split("NOTES:", 1)[1]
+    for text in expected:
+        assert text in notes
+    for text in absent:
+        assert text not in notes
+
+
+def test_the_validated_versions_are_the_charts() -> None:
+    assert CHART_KUBE_VERSION == ">=1.27.0-0"
+    assert K8S_VERSIONS[0] == "1.27.0"
+
+
+@pytest.mark.parametrize(
+    ("sets", "strings"),
+    [
+        pytest.param((), (), id="defaults"),
+        pytest.param(("controller.enabled=false",), (), id="controller-disabled"),
+        pytest.param(
+            (
+                "controller.enabled=false",
+                "lockd.controllerUrl=https://ctl.elsewhere:8443",
+                "lockd.events=false",
+            ),
+            (),
+            id="external-controller",
+        ),
+        pytest.param(
+            ("controller.tls.existingSecret=my-tls",),
+            (f"controller.tls.caBundle={ca_bundle()}",),
+            id="existing-secret",
+        ),
+        pytest.param(("controller.tls.certManager.enabled=true",), (), id="cert-manager"),
+        pytest.param(
+            (
+                "controller.replicas=3",
+                "controller.podDisruptionBudget.enabled=false",
+                "controller.webhook.timeoutSeconds=2",
+                "controller.priorityClassName=system-cluster-critical",
+                "controller.nodeSelector.kubernetes\\.io/os=linux",
+                "imagePullSecrets[0].name=pull",
+            ),
+            (),
+            id="other-values",
+        ),
+    ],
+)
+def test_every_object_is_valid(sets: tuple[str, ...], strings: tuple[str, ...]) -> None:
+    docs = render(*sets, strings=strings)
+    checked = 0
+    for doc in docs:
+        if doc["kind"] in CERT_MANAGER_KINDS:
+            assert doc["apiVersion"] == "cert-manager.io/v1"
+            continue
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+        checked += 1
+    assert checked >= 5
 
 
 def test_default_policy_is_a_valid_policy_file() -> None:
-    config = by_kind(render(), "ConfigMap")
+    config = named(render(), "ConfigMap", "demo-stagger-policies")
     parsed = policy.parse_policy_text(config["data"]["policies.yaml"], source="chart")
     assert [p.name for p in parsed.node_policies] == ["default"]
 
 
 def test_lockd_daemonset_has_what_cluster_mode_needs() -> None:
-    docs = render("lockd.controllerUrl=https://ctl.stagger:8443")
+    docs = render()
     daemonset = by_kind(docs, "DaemonSet")
-    pod = daemonset["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["STAGGER_CONTROLLER_URL"]["value"] == "https://ctl.stagger:8443"
-    assert "STAGGER_STANDALONE" not in env
-    assert container["ports"][0]["hostPort"] == 9400
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    pod, lockd = pod_spec(daemonset), container(daemonset)
+    variables = env(daemonset)
+    assert variables["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "STAGGER_STANDALONE" not in variables
+    assert lockd["ports"][0]["hostPort"] == 9400
+    assert lockd["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert pod["tolerations"] == [{"operator": "Exists"}]
     # Shutdown must finish within the grace period: lockd answers long polls at once on SIGTERM.
     assert pod["terminationGracePeriodSeconds"] >= 6
-    role = by_kind(docs, "ClusterRole")
+    role = named(docs, "ClusterRole", "demo-stagger-lockd")
     verbs = {(tuple(rule["resources"]), tuple(rule["verbs"])) for rule in role["rules"]}
     assert verbs == {
         (("pods",), ("get", "list", "watch", "patch")),
@@ -79,21 +171,51 @@ def test_lockd_daemonset_has_what_cluster_mode_needs() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("sets", "url", "token_file"),
+    [
+        pytest.param(("controller.enabled=false",), None, None, id="no-controller"),
+        pytest.param(
+            ("controller.enabled=false", "lockd.controllerUrl=https://ctl.elsewhere:8443"),
+            "https://ctl.elsewhere:8443",
+            "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            id="external-controller",
+        ),
+    ],
+)
+def test_lockd_without_the_charts_controller(
+    sets: tuple[str, ...], url: str | None, token_file: str | None
+) -> None:
+    docs = render(*sets)
+    assert not [doc for doc in docs if "controller" in doc["metadata"]["name"]]
+    daemonset = by_kind(docs, "DaemonSet")
+    plain = values(daemonset)
+    assert plain.get("STAGGER_CONTROLLER_URL") == url
+    assert plain.get("STAGGER_CONTROLLER_TOKEN_FILE") == token_file
+    assert "SSL_CERT_FILE" not in plain
+    assert [v["name"] for v in pod_spec(daemonset)["volumes"]] == ["policies"]
+
+
 def test_lockd_settings_in_the_chart_are_accepted_by_lockd(tmp_path: Path) -> None:
     from lockd.settings import parse_settings
 
-    daemonset = by_kind(render(), "DaemonSet")
-    env = {
-        e["name"]: e["value"]
-        for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
-        if "value" in e
-    }
-    env["STAGGER_POLICIES"] = str(tmp_path / "p.yaml")
-    settings = parse_settings([], env)
+    plain = {**values(by_kind(render(), "DaemonSet")), "STAGGER_POLICIES": str(tmp_path / "p.yaml")}
+    settings = parse_settings([], plain)
     assert settings.port == 9400
     assert settings.standalone is False
     assert settings.anonymous_allowed is False
     assert settings.max_queue == 1000
-    anonymous = by_kind(render("lockd.allowAnonymous=true"), "DaemonSet")
-    env = {e["name"]: e.get("value") for e in anonymous["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert parse_settings([], {**env, "STAGGER_POLICIES": "p.yaml"}).anonymous_allowed is True
+    assert settings.controller_url == "https://demo-stagger-controller-leader.stagger.svc:443"
+    assert str(settings.controller_token_file) == "/var/run/stagger/controller-token/token"
+    anonymous = values(by_kind(render("lockd.allowAnonymous=true"), "DaemonSet"))
+    assert parse_settings([], {**anonymous, "STAGGER_POLICIES": "p.yaml"}).anonymous_allowed is True
+
+
+@pytest.mark.parametrize(
+    "kind", [pytest.param("DaemonSet", id="lockd"), pytest.param("Deployment", id="controller")]
+)
+def test_no_volume_is_mounted_inside_another(kind: str) -> None:
+    # A mount point inside a ConfigMap or Secret volume would have to be created in a read-only volume.
+    paths = [m["mountPath"].rstrip("/") + "/" for m in container(by_kind(render(), kind))["volumeMounts"]]
+    assert len(paths) >= 3
+    assert not [(a, b) for a in paths for b in paths if a != b and b.startswith(a)]

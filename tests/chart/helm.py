@@ -1,0 +1,103 @@
+"""Rendering the chart for the tests: `helm template` (helm from .tools/bin) with `--set` values, parsed
+into objects, and small lookups over them. One render per distinct set of values (cached): the generated
+certificate and token differ between renders, so every object a test compares comes from one render."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.tools import ROOT, tool
+
+CHART = ROOT / "charts" / "stagger"
+RELEASE = "demo"
+NAMESPACE = "stagger"
+FULLNAME = "demo-stagger"
+CONTROLLER = f"{FULLNAME}-controller"
+LEADER = f"{FULLNAME}-controller-leader"
+PREFIX = "v1.stagger.technicianted"
+
+Doc = dict[str, Any]
+
+
+class RenderError(Exception):
+    """helm template failed; the message is its stderr."""
+
+
+def render(*sets: str, strings: tuple[str, ...] = (), jsons: tuple[str, ...] = ()) -> list[Doc]:
+    """The chart's objects for these `--set` (and `--set-string`, `--set-json`) values; do not modify them."""
+    return list(_render(sets, strings, jsons))
+
+
+def render_against(kubeconfig: Path, *sets: str) -> list[Doc]:
+    """As `render`, with `lookup` reading the cluster of `kubeconfig` (`--dry-run=server`): an upgrade."""
+    cluster = ("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
+    return list(_render(sets, (), (), cluster))
+
+
+@functools.cache
+def _render(
+    sets: tuple[str, ...], strings: tuple[str, ...], jsons: tuple[str, ...], extra: tuple[str, ...] = ()
+) -> tuple[Doc, ...]:
+    args = [str(tool("helm")), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *extra]
+    for option, items in (("--set", sets), ("--set-string", strings), ("--set-json", jsons)):
+        for item in items:
+            args += [option, item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RenderError(done.stderr.strip())
+    return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+
+
+def by_kind(docs: list[Doc], kind: str) -> Doc:
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, [(doc["kind"], doc["metadata"]["name"]) for doc in docs]
+    return found[0]
+
+
+def named(docs: list[Doc], kind: str, name: str) -> Doc:
+    found = [doc for doc in docs if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(found) == 1, [(doc["kind"], doc["metadata"]["name"]) for doc in docs]
+    return found[0]
+
+
+def kinds(docs: list[Doc]) -> set[tuple[str, str]]:
+    return {(doc["kind"], doc["metadata"]["name"]) for doc in docs}
+
+
+def pod_spec(workload: Doc) -> Doc:
+    spec: Doc = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def container(workload: Doc) -> Doc:
+    containers = pod_spec(workload)["containers"]
+    assert len(containers) == 1
+    first: Doc = containers[0]
+    return first
+
+
+def env(workload: Doc) -> dict[str, Doc]:
+    return {item["name"]: item for item in container(workload).get("env", [])}
+
+
+def values(workload: Doc) -> dict[str, str]:
+    """The container's plain environment variables (not those from the downward API)."""
+    return {name: item["value"] for name, item in env(workload).items() if "value" in item}
+
+
+def mounted_file(workload: Doc, path: str) -> Doc:
+    """The volume that holds `path` in the container (the mount with the longest matching prefix)."""
+    mounts = [
+        m for m in container(workload)["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    assert mounts, f"{path} is on no volume"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    assert mount.get("readOnly") is True, mount
+    volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+    volume: Doc = volumes[mount["name"]]
+    return volume
