@@ -48,6 +48,7 @@ __all__ = [
     "Timings",
     "decide",
     "leader_label",
+    "micro_time",
     "release_record",
 ]
 
@@ -276,7 +277,7 @@ NewLeaderHook = Callable[[str | None], object]
 
 
 class _Lost(Exception):
-    """Another replica holds the lease."""
+    """Another replica holds the lease, or (while leading) the Lease was deleted; the message says which."""
 
 
 class LeaderElector:
@@ -406,7 +407,7 @@ class LeaderElector:
         while True:
             try:
                 async with asyncio.timeout(self._timings.renew_deadline):
-                    sent = await self._try_acquire_or_renew()
+                    sent = await self._try_acquire_or_renew(leading=False)
             except _Lost:
                 pass
             except Exception as err:  # an API or network failure: try again later
@@ -427,19 +428,20 @@ class LeaderElector:
                 return
             try:
                 async with asyncio.timeout(remaining):
-                    sent = await self._try_acquire_or_renew()
-            except _Lost:
-                self._stop_leading(f"lease taken over by {self._leader}")
+                    sent = await self._try_acquire_or_renew(leading=True)
+            except _Lost as lost:
+                self._stop_leading(str(lost))
                 return
             except Exception as err:  # retried until the renew deadline, checked above
                 self._failed("lease", err)
                 continue
             self._deadline = max(self._deadline, sent + self._timings.renew_deadline)
 
-    async def _try_acquire_or_renew(self) -> float:
+    async def _try_acquire_or_renew(self, *, leading: bool) -> float:
         """One try: read, decide, write. Returns the time the successful write was sent (the renew
-        deadline counts from there); raises _Lost while another replica holds the lease, or the API
-        error. A 409 (someone wrote between our read and our write) is tried again at once, once."""
+        deadline counts from there); raises _Lost while another replica holds the lease (or, `leading`,
+        when the Lease is gone: another replica may be creating it, so stop first and campaign), or the
+        API error. A 409 (someone wrote between our read and our write) is tried again at once, once."""
         for attempt in range(2):
             try:
                 lease: dict[str, Any] | None = await self._client.get(
@@ -462,7 +464,9 @@ class LeaderElector:
             if decision.observed is not None:
                 self._saw(decision.observed.record)
             if decision.record is None:
-                raise _Lost()
+                raise _Lost(f"lease taken over by {self._leader}")
+            if leading and decision.action is Action.CREATE:
+                raise _Lost("lease deleted")
             sent = self._clock()
             self._unanswered = True
             try:

@@ -4,8 +4,8 @@ the other follows; a cancelled leader stops leading, then releases the Lease (wh
 unlabels its pod, and the follower takes over within a retry period; a killed leader (no release) is
 replaced once the lease duration has passed; a leader cut off from the API server stops leading at its
 renew deadline, before the follower takes over, and unlabels its pod once it can; a 409 on renewal is
-read again and renewed, or, when another replica took the Lease, ends leadership at once; two replicas
-starting together elect one."""
+read again and renewed, or, when another replica took the Lease, ends leadership at once; so does a
+deleted Lease (then created again); two replicas starting together elect one."""
 
 from __future__ import annotations
 
@@ -193,9 +193,9 @@ async def test_killed_leader_is_replaced_after_the_lease_duration(client: RestCl
         assert (await lease_spec(client))["holderIdentity"] == "a"
         await b.wait(leading, TIMINGS.lease_duration + TIMINGS.retry_period + SLACK)
         waited = b.when("started") - killed_at
-        # b counts the lease duration from when it first saw a's last renewal, at most a retry period
-        # before the kill.
-        assert TIMINGS.lease_duration - TIMINGS.retry_period - 0.05 <= waited
+        # b counts the lease duration from when it first saw a's last renewal, sent at most a retry period
+        # (and a request) before the kill.
+        assert TIMINGS.lease_duration - TIMINGS.retry_period - 0.2 <= waited
         assert waited <= TIMINGS.lease_duration + TIMINGS.retry_period + SLACK
         spec = await lease_spec(client)
         assert spec["holderIdentity"] == "b"
@@ -221,9 +221,9 @@ async def test_leader_cut_off_stops_leading_at_its_renew_deadline_before_the_tak
         stopped, started = a.when("stopped"), b.when("started")
         # a's last renewal was sent at most a retry period before the cut; it gives up a renew deadline
         # after it, and b takes over a lease duration after it: the gap is what keeps them apart.
-        assert stopped - cut_at <= TIMINGS.renew_deadline + 0.1
+        assert stopped - cut_at <= TIMINGS.renew_deadline + 0.3  # + the event loop's latency under load
         assert stopped < started
-        assert started - stopped >= TIMINGS.lease_duration - TIMINGS.renew_deadline - TIMINGS.retry_period
+        assert started - stopped >= TIMINGS.lease_duration - TIMINGS.renew_deadline - 0.3
         assert a.elector.state.last_error is not None
         # Cut off, a could not remove its label: both pods carry it until a reaches the API server again.
         await eventually(lambda: labelled(client, "a", "b"), within=5, what="b labelled too")
@@ -308,3 +308,14 @@ def _answered(log: list[tuple[Any, ...]], status: str, *, method: str | None = N
     return any(
         entry[2] == status and (method is None or entry[0] == method) for entry in log if len(entry) == 3
     )
+
+
+async def test_a_deleted_lease_ends_leadership_then_is_created_again(client: RestClient) -> None:
+    async with replicas(("a", client)) as (a,):
+        a.start()
+        await a.wait(leading, 5)
+        await client.delete(LEASES, name=LEASE, namespace=NAMESPACE)
+        await a.wait(lambda s: not s.is_leader, TIMINGS.retry_period + SLACK)
+        await a.wait(leading, TIMINGS.retry_period + SLACK)
+        assert [name for name, _ in a.hooks] == ["leader a", "started", "stopped", "started"]
+        assert (await lease_spec(client))["holderIdentity"] == "a"
