@@ -420,7 +420,9 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
         )
         state.view = view
         group_client = None
+        group_watch = None
         if settings.controller_url:
+            controller_ssl = groups.controller_ssl(settings.controller_ca_file)
             group_client = groups.GroupClient(
                 session=session,
                 url=settings.controller_url,
@@ -431,10 +433,30 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
                     policy=cast(groups.FailurePolicy, settings.group_failure_policy),
                 ),
                 clock=service.clock,
+                ssl_context=controller_ssl,
+            )
+            group_watch = groups.GroupWatch(
+                session=session,
+                url=settings.controller_url,
+                token_file=settings.controller_token_file,
+                node=settings.node_name,
+                wait=settings.group_wait,
+                timeout=settings.controller_timeout,
+                aside=lambda: service.ledger.group_aside(service.clock()),
+                on_grantable=service.wake_waiters,
+                on_unhealthy=lambda: service.wake_waiters(service.ledger.group_aside(service.clock())),
+                ssl_context=controller_ssl,
             )
         recorder = events.EventRecorder(client=client) if settings.events else None
         service.node_state = view
-        service.finisher = cluster.ClusterFinisher(client=client, view=view, groups=group_client, names=names)
+        service.finisher = cluster.ClusterFinisher(
+            client=client,
+            view=view,
+            groups=group_client,
+            names=names,
+            watch=group_watch,
+            recheck=settings.group_recheck,
+        )
         service.announcer = (
             cluster.EventAnnouncer(recorder=recorder, node=settings.node_name, wall=service.wall)
             if recorder is not None
@@ -459,6 +481,11 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
         tasks = [
             asyncio.create_task(view.run(), name="node-informers"),
             asyncio.create_task(sync(), name="sync"),
+            *(
+                [asyncio.create_task(group_watch.run(), name="group-watch")]
+                if group_watch is not None
+                else []
+            ),
         ]
         if recorder is not None:
             tasks.append(asyncio.create_task(recorder.run(), name="events"))

@@ -21,7 +21,7 @@ from typing import Any, Final
 import aiohttp
 
 from lockd import ledger, pods
-from lockd.groups import GroupClient
+from lockd.groups import GroupClient, GroupWatch
 from lockd.service import LockService
 from stagger import events, policy, throttles
 from stagger.informer import Informer, InformerSettings, cache_key
@@ -249,12 +249,23 @@ class ClusterFinisher:
     pod that records the grant (`granted-at`) and takes the pod off the held list (`staggered` label)."""
 
     def __init__(
-        self, *, client: RestClient, view: NodeView, groups: GroupClient | None, names: Names
+        self,
+        *,
+        client: RestClient,
+        view: NodeView,
+        groups: GroupClient | None,
+        names: Names,
+        watch: GroupWatch | None = None,
+        recheck: float = 60.0,
     ) -> None:
         self._client = client
         self._view = view
         self._groups = groups
         self._names = names
+        # With the controller's wait stream up, a pod its group said no to is woken by the stream; it asks
+        # again after `recheck` at the latest (a bound in case a wake-up is lost).
+        self._watch = watch
+        self._recheck = recheck
         self._warned_no_controller = False
 
     async def finish(self, slot: ledger.Slot, *, wall: float) -> throttles.Verdict:
@@ -324,11 +335,16 @@ class ClusterFinisher:
             if answer.failed_open:
                 logger.warning("%s/%s: %s", slot.namespace, slot.name, answer.reason)
             return None
+        retry_after = answer.retry_after
+        if self._watch is not None and self._watch.healthy:
+            retry_after = max(retry_after, self._recheck)
+            # Runs after the ledger has put the pod aside (this returns first, the stream's task later).
+            self._watch.aside_changed()
         return throttles.Verdict(
             allowed=False,
             reason=f"group {group}: {answer.reason}",
-            throttle="group",
-            retry_after=answer.retry_after,
+            throttle=ledger.GROUP_THROTTLE,
+            retry_after=retry_after,
         )
 
 

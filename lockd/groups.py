@@ -6,13 +6,20 @@ The wire contract is in docs/contracts.md ("lockd → controller: group grants")
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import random
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
 import aiohttp
+
+from lockd.ledger import PodKey
+from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +98,27 @@ def parse_answer(data: object) -> GroupVerdict:
     )
 
 
+def controller_ssl(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """TLS to the controller: its CA from --controller-ca-file, else the system's (True)."""
+    if ca_file is None:
+        return True
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+def _headers(token_file: Path | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if token_file is not None:
+        try:
+            # Read each time: a mounted Secret is updated on disk when it is rotated.
+            token = token_file.read_text().strip()
+        except OSError as err:
+            logger.warning("cannot read controller token %s: %s", token_file, err)
+            token = ""
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 class GroupClient:
     def __init__(
         self,
@@ -101,32 +129,21 @@ class GroupClient:
         timeout: float,
         availability: Availability,
         clock: Callable[[], float],
+        ssl_context: ssl.SSLContext | bool = True,
     ) -> None:
         self._session = session
         self._url = url.rstrip("/") + "/v1/groups/grant"
         self._token_file = token_file
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._ssl = ssl_context
         self.availability = availability
         self._clock = clock
 
-    def _token(self) -> str | None:
-        if self._token_file is None:
-            return None
-        try:
-            # Read each time: projected service account tokens are rotated on disk.
-            return self._token_file.read_text().strip()
-        except OSError as err:
-            logger.warning("cannot read controller token %s: %s", self._token_file, err)
-            return None
-
     async def ask(self, request: GrantRequest) -> GroupVerdict:
-        headers = {"Content-Type": "application/json"}
-        token = self._token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        headers = _headers(self._token_file)
         try:
             async with self._session.post(
-                self._url, json=request, headers=headers, timeout=self._timeout
+                self._url, json=request, headers=headers, timeout=self._timeout, ssl=self._ssl
             ) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:200]
@@ -136,3 +153,147 @@ class GroupClient:
             return self.availability.failed(now=self._clock(), error=str(err) or type(err).__name__)
         self.availability.succeeded()
         return verdict
+
+
+def parse_wait_answer(data: object) -> list[PodKey]:
+    """The controller's answer to `POST /v1/groups/wait`; raises ValueError if it is not the contract's shape."""
+    pods = data.get("grantable") if isinstance(data, dict) else None
+    if not isinstance(pods, list):
+        raise ValueError(f"answer is not {{grantable: [{{namespace, name}}]}}: {str(data)[:200]}")
+    keys: list[PodKey] = []
+    for pod in pods:
+        if (
+            not isinstance(pod, dict)
+            or not isinstance(pod.get("namespace"), str)
+            or not isinstance(pod.get("name"), str)
+        ):
+            raise ValueError(f"grantable entries must be {{namespace, name}}: {str(pod)[:200]}")
+        keys.append((pod["namespace"], pod["name"]))
+    return keys
+
+
+class GroupWatch:
+    """The node's one long poll to the controller (`POST /v1/groups/wait`): it names the pods stepping
+    aside for their group pacer and is answered as soon as any of them may go; `on_grantable` then ends
+    their step-aside, and they ask again (`POST /v1/groups/grant`) at once.
+
+    While it works (`healthy`), a pod the group said no to steps aside for `--group-recheck` (a bound, in
+    case a wake-up is lost), not for the controller's short retryAfter: the requests lockd sends grow with
+    nodes and grants, not with waiting pods. When it stops working, every stepping-aside pod is woken
+    (`on_unhealthy`) and the per-pod path with its failure rules (--group-unavailable-after,
+    --group-failure-policy) takes over until the stream is back. A controller without the wait API (404)
+    is asked again every UNSUPPORTED_RETRY_SECONDS.
+    """
+
+    UNSUPPORTED_RETRY_SECONDS = 60.0
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        url: str,
+        token_file: Path | None,
+        node: str,
+        wait: float,
+        timeout: float,
+        aside: Callable[[], list[PodKey]],
+        on_grantable: Callable[[list[PodKey]], None],
+        on_unhealthy: Callable[[], None],
+        ssl_context: ssl.SSLContext | bool = True,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._session = session
+        self._url = url.rstrip("/") + "/v1/groups/wait"
+        self._token_file = token_file
+        self._node = node
+        self._wait = wait
+        # The server answers after `wait` at the latest; the request may take that plus the usual limit.
+        self._timeout = aiohttp.ClientTimeout(total=wait + timeout)
+        self._aside = aside
+        self._on_grantable = on_grantable
+        self._on_unhealthy = on_unhealthy
+        self._ssl = ssl_context
+        self._max_backoff = max_backoff
+        self._changed = asyncio.Event()
+        self.healthy = False
+        self.requests = 0
+        self.wakeups = 0
+
+    def aside_changed(self) -> None:
+        """A pod started stepping aside for its group: the open request must name it too."""
+        self._changed.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            self._changed.clear()
+            keys = self._aside()
+            if not keys:
+                await wait_event(self._changed, within=self._wait)
+                continue
+            try:
+                woken = await self._poll(keys)
+            except _Unsupported as err:
+                self._set_unhealthy(str(err))
+                await asyncio.sleep(self.UNSUPPORTED_RETRY_SECONDS)
+                continue
+            except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                failures += 1
+                self._set_unhealthy(str(err) or type(err).__name__)
+                delay = min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))
+                continue
+            if woken is None:
+                continue  # cut short: ask again naming the new pods too
+            failures = 0
+            if not self.healthy:
+                logger.info("group wait stream to the controller is up")
+            self.healthy = True
+            if woken:
+                self.wakeups += 1
+                self._on_grantable(woken)
+
+    async def _poll(self, keys: list[PodKey]) -> list[PodKey] | None:
+        """One long poll; None when it was cut short because more pods stepped aside meanwhile."""
+        body = {
+            "node": self._node,
+            "wait": self._wait,
+            "pods": [{"namespace": ns, "name": n} for ns, n in keys],
+        }
+        request = asyncio.ensure_future(self._post(body))
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            done, _ = await asyncio.wait({request, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        if request in done:
+            return request.result()
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError, TimeoutError, ValueError):
+            await request
+        return None
+
+    async def _post(self, body: dict[str, object]) -> list[PodKey]:
+        self.requests += 1
+        async with self._session.post(
+            self._url, json=body, headers=_headers(self._token_file), timeout=self._timeout, ssl=self._ssl
+        ) as resp:
+            if resp.status == 404:
+                raise _Unsupported("the controller has no POST /v1/groups/wait (an older version)")
+            if resp.status != 200:
+                raise ValueError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+            return parse_wait_answer(await resp.json(content_type=None))
+
+    def _set_unhealthy(self, error: str) -> None:
+        if self.healthy:
+            logger.warning(
+                "group wait stream to the controller failed (%s): pods held by their group ask per pod", error
+            )
+        else:
+            logger.debug("group wait stream: %s", error)
+        self.healthy = False
+        self._on_unhealthy()
+
+
+class _Unsupported(Exception):
+    pass

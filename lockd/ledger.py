@@ -16,8 +16,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from sortedcontainers import SortedList
 
@@ -104,6 +105,8 @@ Outcome = Granted | Denied | QueueFull
 
 # How soon a waiter turned away by a full queue should try again.
 QUEUE_FULL_RETRY_SECONDS = 5.0
+# The throttle name of a group pacer's "no" (lockd.cluster): such waiters can be woken by the controller.
+GROUP_THROTTLE: Final = "group"
 
 
 def pods(count: int) -> str:
@@ -123,6 +126,8 @@ class Ledger:
     _blocked: list[tuple[float, int, PodKey]] = field(default_factory=list)
     # Waiters that are not long-polling, least recently seen first: the front is the next to go idle.
     _idle: OrderedDict[PodKey, None] = field(default_factory=OrderedDict)
+    # Waiters stepping aside because their group pacer said no: the controller's wait stream can wake them.
+    _group_aside: dict[PodKey, None] = field(default_factory=dict)
     _arrivals: Iterator[int] = field(default_factory=itertools.count)
 
     # --- queue views --------------------------------------------------------------------------------
@@ -158,6 +163,7 @@ class Ledger:
             waiter = self.queue.get(key)
             if waiter is None or waiter.seq != seq or waiter.blocked_until != until:
                 continue  # stale: the waiter left, or stepped aside again since
+            self._group_aside.pop(key, None)
             held = self.slots.get(key)
             if held is None:
                 self._eligible.add((seq, key))
@@ -187,6 +193,7 @@ class Ledger:
         self._order.remove(entry)
         self._eligible.discard(entry)
         self._idle.pop(key, None)
+        self._group_aside.pop(key, None)
         return waiter
 
     def start_polling(self, key: PodKey) -> Waiter | None:
@@ -313,11 +320,37 @@ class Ledger:
             self._touch(waiter, now)
             entry = (waiter.seq, key)
             if blocked_until <= now:
+                self._group_aside.pop(key, None)
                 if entry not in self._eligible:
                     self._eligible.add(entry)
             else:
                 self._eligible.discard(entry)
                 heapq.heappush(self._blocked, (blocked_until, waiter.seq, key))
+                if throttle == GROUP_THROTTLE:
+                    self._group_aside[key] = None
+                else:
+                    self._group_aside.pop(key, None)
+
+    def group_aside(self, now: float) -> list[PodKey]:
+        """The waiters stepping aside for their group pacer now, in queue order."""
+        self._unblock(now)
+        return sorted(self._group_aside, key=lambda key: self.queue[key].seq)
+
+    def wake(self, keys: Iterable[PodKey], *, now: float) -> list[PodKey]:
+        """End the step-aside of these waiters (their group has room now, says the controller); keys that
+        are not stepping aside for their group are ignored. Returns the waiters woken."""
+        woken: list[PodKey] = []
+        for key in keys:
+            if key not in self._group_aside:
+                continue
+            del self._group_aside[key]
+            waiter = self.queue[key]
+            # The heap entry goes stale (its time no longer matches) and is skipped when it comes up.
+            waiter.blocked_until = now
+            if key not in self.slots:
+                self._eligible.add((waiter.seq, key))
+            woken.append(key)
+        return woken
 
     def take_anonymous(
         self,

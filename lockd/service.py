@@ -12,7 +12,6 @@ waitForDaemonSets).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import itertools
@@ -27,6 +26,7 @@ from lockd import ledger
 from lockd.metrics import Metrics
 from lockd.pods import HeldSlot, Stage
 from stagger import policy, throttles
+from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +157,7 @@ class Wakeup:
         self._event.set()
 
     async def wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, seconds))
+        await wait_event(self._event, within=max(0.0, seconds))
         self._event.clear()
 
 
@@ -225,6 +224,17 @@ class LockService:
             polling = self._polls.get(key)
             if polling is not None:
                 polling[0].notify()
+
+    def wake_waiters(self, keys: list[ledger.PodKey]) -> None:
+        """The controller says these pods' groups have room: end their step-aside and let them ask now."""
+        woken = self.ledger.wake(keys, now=self.clock())
+        for key in woken:
+            polling = self._polls.get(key)
+            if polling is not None:
+                polling[0].notify()
+        if woken:
+            logger.debug("woken by the controller: %s", ", ".join(f"{ns}/{name}" for ns, name in woken))
+            self.wake_next()
 
     def _slots_changed(self) -> None:
         if self.persist is not None:

@@ -68,6 +68,9 @@ class Settings:
     controller_url: str | None = None
     controller_token_file: Path | None = None
     controller_timeout: float = 5.0
+    controller_ca_file: Path | None = None
+    group_wait: float = 30.0
+    group_recheck: float = 60.0
     group_unavailable_after: float = 30.0
     group_failure_policy: str = "open"
     events: bool = True
@@ -129,6 +132,15 @@ OPTIONS: tuple[Option, ...] = (
            "bearer token sent to the controller (a mounted service account token)", file_path, "FILE"),
     Option("--controller-timeout", ("STAGGER_CONTROLLER_TIMEOUT",), "controller_timeout",
            "time limit of one group grant request (default 5s)", seconds(), "DURATION"),
+    Option("--controller-ca-file", ("STAGGER_CONTROLLER_CA_FILE",), "controller_ca_file",
+           "CA certificate (PEM) that signed the controller's serving certificate (default: the system's CAs)",
+           file_path, "FILE"),
+    Option("--group-wait", ("STAGGER_GROUP_WAIT",), "group_wait",
+           "length of the node's long poll to the controller that says which held pods may go (default 30s, "
+           "at most 60s)", seconds(), "DURATION"),
+    Option("--group-recheck", ("STAGGER_GROUP_RECHECK",), "group_recheck",
+           "while that long poll works, a pod its group held asks again after this at the latest (default "
+           "60s; the long poll wakes it as soon as its group has room)", seconds(), "DURATION"),
     Option("--group-unavailable-after", ("STAGGER_GROUP_UNAVAILABLE_AFTER",), "group_unavailable_after",
            "how long the controller may be unreachable before --group-failure-policy applies (default 30s)",
            seconds(), "DURATION"),
@@ -169,4 +181,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         raise SettingsError(
             "--state-file: only for --standalone (in a cluster, lockd rebuilds its slots from the pods)"
         )
+    if not 1.0 <= settings.group_wait <= 60.0:
+        raise SettingsError(f"--group-wait: must be from 1s to 60s (got {settings.group_wait:g}s)")
+    if settings.group_recheck < 1.0:
+        raise SettingsError(f"--group-recheck: must be at least 1s (got {settings.group_recheck:g}s)")
     return settings

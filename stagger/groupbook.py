@@ -171,7 +171,7 @@ def pair_label(pair: Pair) -> str:
 
 @dataclass
 class GroupBook:
-    """Every pod of every staggering group, by pair. Mutated only through upsert, remove, reserve and
+    """Every pod of every staggering group, by pair. Mutated only through upsert, remove, reserve, unreserve and
     expire; every method that takes `now` first lets reservations older than RESERVATION_SECONDS lapse."""
 
     _records: dict[PodKey, PodRecord] = field(default_factory=dict, init=False)
@@ -191,6 +191,10 @@ class GroupBook:
 
     def get(self, key: PodKey) -> PodRecord | None:
         return self._records.get(key)
+
+    def reservations(self) -> int:
+        """Grants counted but not on their pods yet."""
+        return len(self._reservations)
 
     def reserved(self, key: PodKey) -> bool:
         """A grant of this pod is counted but not on the pod yet (as of the last `now` seen)."""
@@ -276,6 +280,17 @@ class GroupBook:
         self._reservation_order.add((now, key))
         self._index(record, reserved=True)
         return True
+
+    def unreserve(self, key: PodKey) -> None:
+        """Take back a reservation whose grant could not be recorded on the pod (the gate reconciler's
+        patch failed): the place is free again at once, not after RESERVATION_SECONDS."""
+        reserved_at = self._reservations.get(key)
+        if reserved_at is None:
+            return
+        record = self._records[key]
+        self._unindex(record, reserved=True)
+        self._forget_reservation(key, reserved_at)
+        self._index(record, reserved=False)
 
     def expire(self, now: float) -> None:
         """Let reservations made RESERVATION_SECONDS or more before `now` lapse."""

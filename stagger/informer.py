@@ -25,6 +25,9 @@ from stagger.objects import Obj
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[WatchEventType, Obj], None]
+Transform = Callable[[Obj], Obj]
+"""Makes each listed or watched object smaller before it is stored (client-go's SetTransform): keep only
+what the handlers read, so that thousands of objects cost kilobytes, not megabytes."""
 
 
 def cache_key(obj: Mapping[str, Any]) -> str:
@@ -92,6 +95,7 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
@@ -108,6 +112,7 @@ class Informer:
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._handlers: list[Handler] = []
+        self._transform = transform
         self._sleep = sleep
         self._clock = clock
         self._rng = rng
@@ -203,7 +208,10 @@ class Informer:
             field_selector=self._field_selector,
         )
         self.relists += 1
-        fresh: dict[str, Obj] = {cache_key(item): item for item in listed.get("items") or []}
+        items = listed.get("items") or []
+        if self._transform is not None:
+            items = [self._transform(item) for item in items]
+        fresh: dict[str, Obj] = {cache_key(item): item for item in items}
         for key in [k for k in self.store if k not in fresh]:
             self._notify("DELETED", self.store.pop(key))
         for key, item in fresh.items():
@@ -232,6 +240,8 @@ class Informer:
                 self._apply(event["type"], obj)
 
     def _apply(self, kind: WatchEventType, obj: Obj) -> None:
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = cache_key(obj)
         if kind == "DELETED":
             self.store.pop(key, None)

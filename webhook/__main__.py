@@ -7,8 +7,9 @@ import logging
 import os
 import sys
 
-from stagger import policy, serving
+from stagger import kube, policy, serving
 from webhook import app as controller_app
+from webhook import controller
 from webhook.settings import Settings, SettingsError, parse_settings
 from webhook.tls import CertificateError
 from webhook.token import TokenError
@@ -19,7 +20,8 @@ def banner(settings: Settings, main: serving.Listener, probes: serving.Listener)
     host, port = main.bound()
     probe_host, probe_port = probes.bound()
     return (
-        f"webhook: admission on {scheme}://{host}:{port}/mutate/pods, status on {scheme}://{host}:{port}/status, "
+        f"webhook: admission on {scheme}://{host}:{port}/mutate/pods, group grants on {scheme}://{host}:{port}/v1/groups/, "
+        f"status on {scheme}://{host}:{port}/status, "
         f"probes on http://{probe_host}:{probe_port} (/healthz /readyz /metrics)"
     )
 
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        application = controller_app.make_app(settings)
+        application = controller.make_app(settings)
     except policy.PolicyError as err:
         print(f"webhook: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
         return 2
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TokenError as err:
         print(f"webhook: --token-file: {err}", file=sys.stderr)
+        return 2
+    except kube.ConfigError as err:
+        print(f"webhook: --kubeconfig: {err}", file=sys.stderr)
         return 2
     access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
     certificate = application.get(controller_app.CERTIFICATE)

@@ -54,3 +54,35 @@ class Metrics:
         self.staggering_policies = Gauge(
             "stagger_controller_staggering_policies", "Staggering policies in force.", registry=r
         )
+        self.grants = Counter(
+            "stagger_controller_grants",
+            "Answers of the group grant API (POST /v1/groups/grant and the gate reconciler), by basis: "
+            "paced, bypassed, maxBlocked, notHeld, reserved (granted), denied, unknown (refused).",
+            ["basis"],
+            registry=r,
+        )
+        self.gate_removals = Counter(
+            "stagger_controller_gate_removals",
+            "Scheduling gates removed (gate mode), by result: ok, error.",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "error"):
+            self.gate_removals.labels(result=result)
+        self.group_pods = Gauge(
+            "stagger_controller_group_pods",
+            "Pods of all staggering groups, by state: ready, starting, held (a pod in two groups counts twice).",
+            ["state"],
+            registry=r,
+        )
+        self.groups = Gauge("stagger_controller_groups", "Staggering groups with pods.", registry=r)
+        self.leader = Gauge(
+            "stagger_controller_leader",
+            "1 while this replica leads (grants, removes gates), else 0.",
+            registry=r,
+        )
+        self.group_waits = Gauge(
+            "stagger_controller_group_waits",
+            "Long polls of lockd (POST /v1/groups/wait) waiting now.",
+            registry=r,
+        )

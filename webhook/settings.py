@@ -94,6 +94,7 @@ class Settings:
     max_body: int = DEFAULT_MAX_BODY
     log_level: str = "info"
     # Leader election (webhook.leader): a coordination.k8s.io/v1 Lease with client-go's default timings.
+    leader_elect: bool = True
     lease_name: str = "stagger-controller"
     lease_namespace: str = "default"  # POD_NAMESPACE when set
     # POD_NAME when set; otherwise random per process, so it is left out of comparisons.
@@ -157,6 +158,9 @@ OPTIONS: tuple[Option, ...] = (
            "sends objects of at most about 3 MiB)", whole(1024), "BYTES"),
     Option("--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",
            one_of("debug", "info", "warning", "error"), "LEVEL"),
+    Option("--no-leader-elect", ("STAGGER_NO_LEADER_ELECT",), "no_leader_elect",
+           "run as the only replica: always the leader, no Lease (for one replica; two would both grant)",
+           boolean),
     Option("--lease-name", ("STAGGER_LEASE_NAME",), "lease_name",
            "the Lease the controller replicas elect their leader with (default stagger-controller)",
            _dns_subdomain, "NAME"),
@@ -218,6 +222,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             f"{' and '.join(missing)}: required to serve TLS (the API server calls webhooks over HTTPS "
             "only); for a local experiment without TLS, pass --insecure-http"
         )
+    values["leader_elect"] = not values.pop("no_leader_elect", False)
     known = {f.name for f in fields(Settings)}
     settings = Settings(**{k: v for k, v in values.items() if k in known})
     _check_leader(settings)

@@ -115,3 +115,44 @@ class PatchOperation(TypedDict):
     op: Literal["add", "remove", "replace", "move", "copy", "test"]
     path: str  # a JSON Pointer (RFC 6901): "~" is written "~0" and "/" "~1" inside a member name
     value: NotRequired[Any]
+
+
+# --- lockd -> controller: group grants (docs/contracts.md) ----------------------------------------------
+
+
+class GrantRequestBody(TypedDict):
+    """`POST /v1/groups/grant`: may this pod of a staggering group start now?"""
+
+    namespace: str
+    name: str
+    uid: str
+    group: NotRequired[str]  # the group label's value, for the log only: the book knows the pod's groups
+    node: NotRequired[str]
+
+
+class GrantAnswer(TypedDict):
+    granted: bool
+    reason: str
+    retryAfter: float
+
+
+class PodName(TypedDict):
+    namespace: str
+    name: str
+
+
+class WaitRequestBody(TypedDict):
+    """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go."""
+
+    node: str
+    wait: float
+    pods: list[PodName]
+
+
+class WaitAnswer(TypedDict):
+    grantable: list[PodName]
+
+
+class NotLeaderBody(TypedDict):
+    error: str
+    leader: str | None

@@ -1,0 +1,159 @@
+"""The controller's group grant API over HTTPS, on the API emulator: pods created through the API are
+mutated by the controller's admission, seen by its watch, and paced by the seed's image-pull policy
+(exponential 4/4/16).
+
+Covers: the oldest four of a group are granted and the fifth is not, with the pacer in the reason; a
+grant is idempotent; the node's long poll (`/v1/groups/wait`) answers as soon as the group gains room
+(two pods turn Ready) and names only pods that may go; every refusal of a bad caller (401 without or with
+a wrong token, 400 naming the bad field); and `/status` lists the group with its counts and limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from sim.emulator.server import ApiServer
+from tests.groups_api.controller import Api, Controller, running_controller
+from tests.webhook.reviews import NAMES, enabled, image_policy, pod
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[tuple[Api, Controller]]:
+    async with (
+        ApiServer() as server,
+        running_controller(server=server, tmp_path=tmp_path, policies=image_policy("lock")) as controller,
+    ):
+        yield Api(server, controller.session), controller
+
+
+async def _herd(api: Api, controller: Controller, count: int) -> list[str]:
+    names = [f"web-{i}" for i in range(count)]
+    for name in names:
+        created = await api.create_pod(pod(name, labels=enabled(staggerimages="1")))
+        assert created["metadata"]["labels"][NAMES.staggered_label] == "1"
+    await controller.until(lambda groups: groups["pods"] == count)
+    return names
+
+
+async def test_the_oldest_four_go_first_and_the_fifth_waits(setup: tuple[Api, Controller]) -> None:
+    api, controller = setup
+    names = await _herd(api, controller, 6)
+    answers = [await controller.grant(name) for name in names]
+    assert [a["granted"] for a in answers] == [True, True, True, True, False, False]
+    assert "exponential 4/4/16" in answers[4]["reason"] and "image-pull[nginx:1.25]" in answers[4]["reason"]
+    assert answers[4]["retryAfter"] > 0
+    again = await controller.grant(names[0])
+    assert again["granted"] is True  # idempotent: not counted twice
+    assert (await controller.grant(names[4]))["granted"] is False
+    groups = await controller.until(lambda groups: groups["groups"][0]["starting"] == 4)
+    [row] = groups["groups"]
+    assert row == {
+        "policy": "image-pull",
+        "key": "nginx:1.25",
+        "mode": "lock",
+        "ready": 0,
+        "starting": 4,
+        "held": 2,
+        "limit": 4,
+        "pacer": row["pacer"],
+    }
+
+
+async def test_the_wait_answers_as_soon_as_the_group_gains_room(setup: tuple[Api, Controller]) -> None:
+    api, controller = setup
+    names = await _herd(api, controller, 6)
+    for name in names[:4]:
+        assert (await controller.grant(name))["granted"]
+    held = [{"namespace": "default", "name": name} for name in names[4:]]
+    waiting = asyncio.create_task(
+        controller.post("/v1/groups/wait", {"node": "n1", "wait": 20, "pods": held})
+    )
+    await controller.until(lambda groups: groups["waits"] == 1)
+    assert not waiting.done()
+    started = time.monotonic()
+    # Two Ready: 2 x 4 = 8 may be started, 4 are: both held pods may go.
+    await api.make_ready(names[0])
+    await api.make_ready(names[1])
+    status, answer = await waiting
+    elapsed = time.monotonic() - started
+    assert status == 200, answer
+    assert answer == {"grantable": held}
+    assert elapsed < 5.0  # generous: the benchmark measures it (milliseconds)
+    assert [(await controller.grant(name))["granted"] for name in names[4:]] == [True, True]
+
+
+async def test_the_wait_names_only_the_pods_that_may_go_and_times_out_empty(
+    setup: tuple[Api, Controller],
+) -> None:
+    api, controller = setup
+    names = await _herd(api, controller, 7)
+    held = [{"namespace": "default", "name": name} for name in names[4:]]
+    status, answer = await controller.post("/v1/groups/wait", {"node": "n1", "wait": 5, "pods": held})
+    assert status == 200 and answer == {"grantable": []}  # the four oldest go first, not these
+    status, answer = await controller.post(
+        "/v1/groups/wait", {"node": "n1", "wait": 5, "pods": [{"namespace": "default", "name": names[3]}]}
+    )
+    assert answer == {"grantable": [{"namespace": "default", "name": names[3]}]}
+    started = time.monotonic()
+    status, answer = await controller.post("/v1/groups/wait", {"node": "n1", "wait": 0.3, "pods": held})
+    assert (status, answer) == (200, {"grantable": []})
+    assert 0.25 <= time.monotonic() - started < 5.0
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "token", "status", "needle"),
+    [
+        pytest.param(
+            "/v1/groups/grant", {"namespace": "d", "name": "p"}, None, 401, "Bearer", id="grant-no-token"
+        ),
+        pytest.param(
+            "/v1/groups/grant",
+            {"namespace": "d", "name": "p"},
+            "wrong",
+            401,
+            "Bearer",
+            id="grant-wrong-token",
+        ),
+        pytest.param(
+            "/v1/groups/wait", {"node": "n", "pods": []}, "wrong", 401, "Bearer", id="wait-wrong-token"
+        ),
+        pytest.param("/v1/groups/grant", {"name": "p"}, "ok", 400, "namespace", id="grant-no-namespace"),
+        pytest.param(
+            "/v1/groups/grant", {"namespace": "d", "name": 7}, "ok", 400, "name", id="grant-name-not-string"
+        ),
+        pytest.param("/v1/groups/grant", [1], "ok", 400, "JSON object", id="grant-not-object"),
+        pytest.param(
+            "/v1/groups/wait", {"node": "n", "wait": 61, "pods": []}, "ok", 400, "wait", id="wait-too-long"
+        ),
+        pytest.param(
+            "/v1/groups/wait",
+            {"node": "n", "pods": [{"name": "x"}]},
+            "ok",
+            400,
+            "pods[0].namespace",
+            id="wait-bad-pod",
+        ),
+        pytest.param("/v1/groups/wait", {"pods": []}, "ok", 400, "node", id="wait-no-node"),
+    ],
+)
+async def test_bad_callers_are_refused_with_a_reason(
+    setup: tuple[Api, Controller], path: str, body: object, token: str | None, status: int, needle: str
+) -> None:
+    _, controller = setup
+    from tests.groups_api.controller import TOKEN
+
+    got, answer = await controller.post(path, body, token=TOKEN if token == "ok" else token)
+    assert got == status, answer
+    assert needle in answer["error"]
+
+
+async def test_an_unknown_pod_is_told_to_ask_again(setup: tuple[Api, Controller]) -> None:
+    _, controller = setup
+    answer = await controller.grant("never-created")
+    assert answer["granted"] is False and "not seen" in answer["reason"]

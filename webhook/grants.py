@@ -1,0 +1,114 @@
+"""The group grant API that lockd calls (docs/contracts.md, "lockd → controller: group grants"):
+
+- `POST /v1/groups/grant`: may this pod start now? A grant is reserved at once (counted as starting)
+  so that concurrent asks from other nodes never over-grant.
+- `POST /v1/groups/wait`: a node's long poll: answered as soon as any of the listed held pods may go
+  (or after `wait` seconds with none). lockd keeps one such request open per node, so a group that
+  gains room reaches the node within milliseconds, and the controller's load grows with nodes, not
+  with waiting pods.
+
+Both need `Authorization: Bearer <token>` (compared in constant time; 401 otherwise) and are answered
+only by the leader once its counts are rebuilt; any other replica answers 503 naming the leader.
+The parsing here is pure; the handlers only translate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from stagger.groupbook import PodKey
+from webhook import wire
+
+__all__ = [
+    "MAX_WAIT_PODS",
+    "MAX_WAIT_SECONDS",
+    "parse_grant",
+    "parse_wait",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_WAIT_SECONDS = 60.0
+MAX_WAIT_PODS = 5000  # more than any node's queue bound (maxQueue, 1,000 by default)
+_MAX_NAME = 253
+
+
+def _name(body: Mapping[str, Any], field: str, *, required: bool = True) -> str:
+    value = body.get(field)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value or len(value) > _MAX_NAME:
+        raise ValueError(f"{field} must be a non-empty string of at most {_MAX_NAME} characters")
+    return value
+
+
+def _object(raw: bytes) -> Mapping[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"the body is not JSON: {err}") from err
+    if not isinstance(body, Mapping):
+        raise ValueError("the body must be a JSON object")
+    return body
+
+
+def parse_grant(raw: bytes) -> wire.GrantRequestBody:
+    """The body of `POST /v1/groups/grant`; raises ValueError naming the bad field."""
+    body = _object(raw)
+    request: wire.GrantRequestBody = {
+        "namespace": _name(body, "namespace"),
+        "name": _name(body, "name"),
+        "uid": _name(body, "uid", required=False),
+    }
+    if body.get("group") is not None:
+        request["group"] = _name(body, "group")
+    if body.get("node") is not None:
+        request["node"] = _name(body, "node")
+    return request
+
+
+def parse_wait(raw: bytes) -> tuple[str, float, list[PodKey]]:
+    """The body of `POST /v1/groups/wait` as (node, wait seconds, pods); raises ValueError naming the bad field."""
+    body = _object(raw)
+    node = _name(body, "node")
+    wait = body.get("wait", 30)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
+        raise ValueError(f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS:g}")
+    pods = body.get("pods")
+    if not isinstance(pods, list) or len(pods) > MAX_WAIT_PODS:
+        raise ValueError(f"pods must be a list of at most {MAX_WAIT_PODS} {{namespace, name}} objects")
+    keys: list[PodKey] = []
+    for index, pod in enumerate(pods):
+        if not isinstance(pod, Mapping):
+            raise ValueError(f"pods[{index}] must be an object {{namespace, name}}")
+        try:
+            keys.append((_name(pod, "namespace"), _name(pod, "name")))
+        except ValueError as err:
+            raise ValueError(f"pods[{index}].{err}") from err
+    return node, float(wait), keys
+
+
+def bad_request(reason: str) -> web.Response:
+    body: wire.ErrorBody = {"error": reason}
+    return web.json_response(body, status=400)
+
+
+def unauthorized() -> web.Response:
+    body: wire.ErrorBody = {"error": "a valid 'Authorization: Bearer <token>' header is required"}
+    return web.json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="stagger"'})
+
+
+def not_granting(*, leader: str | None, is_leader: bool) -> web.Response:
+    if is_leader:
+        reason = "this replica leads but is still rebuilding its group counts from the API"
+    elif leader:
+        reason = f"not the leader: {leader} leads"
+    else:
+        reason = "no leader elected yet"
+    body: wire.NotLeaderBody = {"error": reason, "leader": leader}
+    return web.json_response(body, status=503, headers={"Retry-After": "1"})

@@ -1,0 +1,211 @@
+"""The leader's group pacing state: the group book fed by the watch of enabled pods, the grant decisions
+lockd asks for, and the wake-ups that let a node's long poll (`POST /v1/groups/wait`) answer as soon as
+one of its held pods may go.
+
+The decisions themselves are `stagger.groupbook` (pure); this module keeps the book between requests,
+reserves what it grants, and signals every change. Every question is answered from memory: no API call.
+
+Change signalling: each change of the book bumps `version` and sets the current `asyncio.Event`, which is
+then replaced, so a waiter that looked at version N and waits on the event of version N never misses a
+change. Pacer room also changes with time alone (a start-up older than `startTimeout` stops counting, a
+pod held for `maxBlockedDuration` is released), so while anyone waits the set of grantable pods is
+recomputed at least every `RECHECK_SECONDS`. The set is computed once per change and shared by all
+waiters: the cost of a change grows with the groups that have waiting pods, not with the nodes asking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stagger import groupbook, pacers
+from stagger.groupbook import Decision, GroupBook, PodKey
+from stagger.names import Names
+from stagger.policy import StaggeringPolicy
+from stagger.waiting import wait_event
+
+__all__ = ["RECHECK_SECONDS", "GroupRow", "Pacing", "group_rows"]
+
+logger = logging.getLogger(__name__)
+
+# How often waiters re-check when nothing changes (time-based room: startTimeout, maxBlockedDuration).
+RECHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One (policy, key) pair as `/status` shows it."""
+
+    policy: str
+    key: str
+    ready: int
+    starting: int
+    held: int
+    limit: int | None  # pods that may be started (Ready + starting) now; None: no limit
+    pacer: str
+    mode: str
+
+
+def group_rows(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now: float) -> list[GroupRow]:
+    """Every pair of the book with its counts and the pacer's allowance now, by policy then key. Pure."""
+    rows: list[GroupRow] = []
+    timeouts = {name: policy.start_timeout for name, policy in policies.items()}
+    for pair in sorted(book.pairs()):
+        counts = book.counts(pair, now=now, start_timeouts=timeouts)
+        policy = policies.get(pair[0])
+        rows.append(
+            GroupRow(
+                policy=pair[0],
+                key=pair[1],
+                ready=counts.ready,
+                starting=counts.starting,
+                held=counts.held,
+                limit=None if policy is None else pacers.allowance(policy.pacer, ready=counts.ready),
+                pacer="not in the policy file" if policy is None else pacers.name(policy.pacer),
+                mode="?" if policy is None else policy.mode,
+            )
+        )
+    return rows
+
+
+@dataclass
+class Pacing:
+    """The book, the policies, and who may be told what. `granting` is False until this replica leads
+    and its watch has listed every enabled pod (counts rebuilt from the API); until then every grant
+    question is refused by the HTTP layer (503)."""
+
+    names: Names
+    policies: dict[str, StaggeringPolicy]
+    clock: Callable[[], float] = time.time
+    book: GroupBook = field(default_factory=GroupBook)
+    granting: bool = False
+    version: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _grantable: tuple[int, float, tuple[PodKey, ...], frozenset[PodKey]] | None = None
+    _uids: dict[PodKey, str] = field(default_factory=dict)
+    _waiters: int = 0
+
+    # --- the watch ----------------------------------------------------------------------------------
+
+    def pod_changed(self, pod: Mapping[str, Any]) -> None:
+        """A pod from the watch (ADDED, MODIFIED): its record replaces the old one, or it leaves the
+        book when it no longer belongs there (being deleted, no group-key annotation)."""
+        record = groupbook.record_from_pod(pod, names=self.names, policies=self.policies)
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        if record is None:
+            if key in self.book:
+                self.book.remove(*key)
+                self._uids.pop(key, None)
+                self._bump()
+            return
+        old = self.book.get(key)
+        if old == record:
+            return
+        self.book.upsert(record)
+        self._uids[key] = record.uid
+        self._bump()
+
+    def pod_deleted(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        if key in self.book:
+            self.book.remove(*key)
+            self._uids.pop(key, None)
+            self._bump()
+
+    def replace_policies(
+        self, policies: Sequence[StaggeringPolicy], pods: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """A reloaded policy file: bypass selectors may have changed, so every record is read again."""
+        self.policies = {policy.name: policy for policy in policies}
+        for pod in pods:
+            self.pod_changed(pod)
+        self._bump()
+
+    # --- questions ----------------------------------------------------------------------------------
+
+    def grant(self, *, namespace: str, name: str, uid: str) -> Decision:
+        """lockd asks for one pod: the decision, and on a grant of a held pod its reservation, so that
+        the next ask (from any node) already counts it."""
+        key = (namespace, name)
+        now = self.clock()
+        known = self._uids.get(key)
+        if known is not None and uid and known != uid:
+            # Same name, another pod (a StatefulSet pod recreated): the new one is not in the book yet.
+            decision = Decision(
+                granted=False,
+                reason="the controller has not seen this pod yet (another pod of that name is in the book)",
+                retry_after=groupbook.UNKNOWN_RETRY_SECONDS,
+                basis="unknown",
+            )
+        else:
+            decision = groupbook.decide(self.book, policies=self.policies, key=key, now=now)
+        if decision.granted and self.book.reserve(key, now=now):
+            self._bump()
+        return decision
+
+    def grantable(self) -> tuple[PodKey, ...]:
+        """The held pods that may go now, oldest first (cached per change, recomputed when
+        RECHECK_SECONDS passed)."""
+        return self._grantable_now()[0]
+
+    def _grantable_now(self) -> tuple[tuple[PodKey, ...], frozenset[PodKey]]:
+        now = self.clock()
+        cached = self._grantable
+        if cached is not None and cached[0] == self.version and now - cached[1] < RECHECK_SECONDS:
+            return cached[2], cached[3]
+        keys = tuple(groupbook.grantable(self.book, policies=self.policies, now=now))
+        self._grantable = (self.version, now, keys, frozenset(keys))
+        return keys, self._grantable[3]
+
+    async def wait_grantable(self, keys: Sequence[PodKey], *, within: float) -> list[PodKey]:
+        """The pods among `keys` that may go now; if none, waits (at most `within` seconds) until one may.
+        Returns [] when that time is up, or as soon as this replica stops granting."""
+        wanted = set(keys)
+        deadline = time.monotonic() + within
+        self._waiters += 1
+        try:
+            while self.granting:
+                event = self._changed
+                allowed = self._grantable_now()[1]
+                found = [key for key in keys if key in allowed] if wanted else []
+                if found:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                await wait_event(event, within=min(remaining, RECHECK_SECONDS))
+            return []
+        finally:
+            self._waiters -= 1
+
+    @property
+    def waiters(self) -> int:
+        """Long polls waiting now (one per node with held pods, usually)."""
+        return self._waiters
+
+    def set_granting(self, granting: bool) -> None:
+        if granting != self.granting:
+            self.granting = granting
+            self._bump()
+
+    def rows(self) -> list[GroupRow]:
+        return group_rows(self.book, policies=self.policies, now=self.clock())
+
+    # --- signalling ---------------------------------------------------------------------------------
+
+    def _bump(self) -> None:
+        self.version += 1
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def changed(self, *, since: int, within: float) -> None:
+        """Returns when the book has changed since `since` (a `version` read before), or after `within` seconds."""
+        if self.version != since:
+            return
+        await wait_event(self._changed, within=within)
