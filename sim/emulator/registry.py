@@ -276,6 +276,12 @@ class Registry:
                 metadata["name"] = generate_name(metadata["generateName"])
                 if self.store.get(storage, namespace, metadata["name"]) is None:
                     break
+        # Defaulted again after the mutating webhooks, as the real server does: the dispatcher applies a
+        # webhook's patch and runs the scheme's defaulter on the result (k8s.io/apiserver, admission/plugin/
+        # webhook/mutating/dispatcher.go: `o.GetObjectDefaulter().Default(newVersionedObject)`). Without it an
+        # injected init container lacks imagePullPolicy and terminationMessagePath, and the next update of
+        # the pod (which is defaulted) looks like a forbidden spec change.
+        apply_defaults(rtype, obj)
         uid = str(uuid.uuid4())
         prepare_for_create(rtype, obj, now=now, uid=uid)
         self._validated(rtype, obj, validate_create(rtype, obj), schema_errors)
