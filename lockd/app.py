@@ -61,6 +61,7 @@ class ClusterState:
 
     config: kube.ClusterConfig
     view: cluster.NodeView | None = None
+    group_watch: groups.GroupWatch | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -287,6 +288,14 @@ async def show_status(request: web.Request) -> web.Response:
         doc["policy"]["lastReloadError"] = state.last_error
     if view is not None:
         doc["policy"]["nodeLabels"] = view.node_labels()
+    watch = app[CLUSTER].group_watch if CLUSTER in app else None
+    if watch is not None:
+        doc["groupStream"] = {
+            "connected": watch.healthy,
+            "requests": watch.requests,
+            "wakeups": watch.wakeups,
+            "stepAside": len(service.ledger.group_aside(service.clock())),
+        }
     if fmt == "text":
         return web.Response(text=status.render_text(doc))
     return web.json_response(doc)
@@ -444,9 +453,12 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
                 timeout=settings.controller_timeout,
                 aside=lambda: service.ledger.group_aside(service.clock()),
                 on_grantable=service.wake_waiters,
-                on_unhealthy=lambda: service.wake_waiters(service.ledger.group_aside(service.clock())),
+                on_unhealthy=lambda: service.ledger.cap_group_aside(
+                    service.clock() + groups.UNREACHABLE_RETRY_SECONDS
+                ),
                 ssl_context=controller_ssl,
             )
+        state.group_watch = group_watch
         recorder = events.EventRecorder(client=client) if settings.events else None
         service.node_state = view
         service.finisher = cluster.ClusterFinisher(

@@ -336,9 +336,10 @@ class ClusterFinisher:
                 logger.warning("%s/%s: %s", slot.namespace, slot.name, answer.reason)
             return None
         retry_after = answer.retry_after
-        if self._watch is not None and self._watch.healthy:
-            retry_after = max(retry_after, self._recheck)
-            # Runs after the ledger has put the pod aside (this returns first, the stream's task later).
+        if self._watch is not None:
+            if self._watch.healthy:
+                retry_after = max(retry_after, self._recheck)
+            # The stream's task runs after the ledger has put the pod aside (this returns first).
             self._watch.aside_changed()
         return throttles.Verdict(
             allowed=False,

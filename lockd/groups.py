@@ -179,9 +179,9 @@ class GroupWatch:
 
     While it works (`healthy`), a pod the group said no to steps aside for `--group-recheck` (a bound, in
     case a wake-up is lost), not for the controller's short retryAfter: the requests lockd sends grow with
-    nodes and grants, not with waiting pods. When it stops working, every stepping-aside pod is woken
-    (`on_unhealthy`) and the per-pod path with its failure rules (--group-unavailable-after,
-    --group-failure-policy) takes over until the stream is back. A controller without the wait API (404)
+    nodes and grants, not with waiting pods. When it stops working, every stepping-aside pod asks again
+    within UNREACHABLE_RETRY_SECONDS (`on_unhealthy`) and the per-pod path with its failure rules
+    (--group-unavailable-after, --group-failure-policy) takes over until the stream is back. A controller without the wait API (404)
     is asked again every UNSUPPORTED_RETRY_SECONDS.
     """
 
@@ -289,10 +289,10 @@ class GroupWatch:
             logger.warning(
                 "group wait stream to the controller failed (%s): pods held by their group ask per pod", error
             )
+            self.healthy = False
+            self._on_unhealthy()
         else:
             logger.debug("group wait stream: %s", error)
-        self.healthy = False
-        self._on_unhealthy()
 
 
 class _Unsupported(Exception):

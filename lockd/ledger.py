@@ -336,6 +336,15 @@ class Ledger:
         self._unblock(now)
         return sorted(self._group_aside, key=lambda key: self.queue[key].seq)
 
+    def cap_group_aside(self, until: float) -> None:
+        """Every waiter stepping aside for its group asks again by `until` at the latest (the controller's
+        wait stream that would have woken them is down)."""
+        for key in self._group_aside:
+            waiter = self.queue[key]
+            if waiter.blocked_until > until:
+                waiter.blocked_until = until
+                heapq.heappush(self._blocked, (until, waiter.seq, key))
+
     def wake(self, keys: Iterable[PodKey], *, now: float) -> list[PodKey]:
         """End the step-aside of these waiters (their group has room now, says the controller); keys that
         are not stepping aside for their group are ignored. Returns the waiters woken."""

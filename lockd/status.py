@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from lockd import ledger
 from lockd.service import ActivePolicy, Counters
@@ -39,6 +39,13 @@ class QueueStatus(TypedDict, total=False):
     phase: str  # cluster mode
 
 
+class GroupStreamStatus(TypedDict):
+    connected: bool
+    requests: int
+    wakeups: int
+    stepAside: int  # pods stepping aside for their group now
+
+
 class Status(TypedDict):
     node: str
     mode: str
@@ -48,6 +55,8 @@ class Status(TypedDict):
     waiting: int  # every waiter; `queue` lists the first `limit` of them
     queue: list[QueueStatus]
     counters: dict[str, int]
+    # Cluster mode with --controller-url: the node's wait stream to the controller (lockd.groups.GroupWatch).
+    groupStream: NotRequired[GroupStreamStatus]
 
 
 def build_status(

@@ -1,7 +1,8 @@
 """The slot ledger's invariants, checked by hypothesis over random sequences of asks, reservations
 (confirmed, or cancelled with the pod stepping aside for its group), releases and time.
 
-Covers: never more holders (granted or reserved) than the limit; grants in first-come-first-served order
+Covers (also with the controller's wait stream waking pods that step aside, or capping their step-aside
+when it fails): never more holders (granted or reserved) than the limit; grants in first-come-first-served order
 among pods not stepping aside; re-asking while holding is idempotent; expiry frees exactly the expired
 slots; idle waiters leave the queue; waiters leaving from any place; the queue's indexes (positions, the
 head to wake) always agree with the arrival order.
@@ -92,6 +93,28 @@ class LedgerMachine(RuleBasedStateMachine):
             )
             assert key not in self.ledger.slots
             self.blocked[key] = self.now + aside
+
+    @precondition(lambda self: bool(self.arrivals))
+    @rule(data=st.data())
+    def controller_wakes(self, data: st.DataObject) -> None:
+        """The controller's wait stream says these pods' groups have room: their step-aside ends now."""
+        keys = data.draw(st.lists(st.sampled_from(self.arrivals), max_size=3, unique=True))
+        aside = {key for key, until in self.blocked.items() if until > self.now}
+        woken = self.ledger.wake(keys, now=self.now)
+        # Exactly the named pods that were stepping aside (for their group) are woken.
+        assert set(woken) == aside & set(keys)
+        for key in woken:
+            self.blocked[key] = self.now
+        assert set(self.ledger.group_aside(self.now)) == {k for k, u in self.blocked.items() if u > self.now}
+
+    @rule(within=st.floats(min_value=0.0, max_value=10.0))
+    def stream_down(self, within: float) -> None:
+        """The stream fails: every pod stepping aside asks again within `within` at the latest."""
+        until = self.now + within
+        self.ledger.cap_group_aside(until)
+        for key, blocked in self.blocked.items():
+            if blocked > until:
+                self.blocked[key] = until
 
     @precondition(lambda self: any(not s.pending for s in self.ledger.slots.values()))
     @rule(data=st.data())
