@@ -104,9 +104,16 @@ class Api:
 
 @contextlib.asynccontextmanager
 async def running_controller(
-    *, server: ApiServer, tmp_path: Path, policies: str, extra: tuple[str, ...] = ()
+    *,
+    server: ApiServer,
+    tmp_path: Path,
+    policies: str,
+    extra: tuple[str, ...] = (),
+    register: bool = True,
+    granting: bool = True,
 ) -> AsyncIterator[Controller]:
-    """The controller on `server` (its MutatingWebhookConfiguration registered), granting."""
+    """The controller on `server`: its MutatingWebhookConfiguration registered (unless `register` is
+    false), and granting (unless `granting` is false: a second replica follows)."""
     certs = Certs.write(tmp_path / "tls")
     kubeconfig = tmp_path / "kubeconfig"
     server.write_kubeconfig(kubeconfig)
@@ -142,10 +149,11 @@ async def running_controller(
                     reinvocationPolicy="IfNeeded",
                 ),
             )
-            status, body = await api.call("POST", WEBHOOKS, hooked)
-            assert status == 201, body
+            if register:
+                status, body = await api.call("POST", WEBHOOKS, hooked)
+                assert status == 201, body
             controller = Controller(process=process, certs=certs, session=session)
-            await controller.until(lambda groups: groups.get("granting"))
+            await controller.until(lambda groups: groups.get("granting") == granting and groups.get("leader"))
             yield controller
     finally:
         await asyncio.to_thread(process.stop)
