@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 import json
 import sys
 
-from tests.bench import admission_bench, lockd_bench
+from tests.bench import admission_bench, groups_bench, lockd_bench
 
-KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "admission")
+KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "admission", "groups")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: {', '.join(KNOWN)}")
     results = {}
     for name in args.which:
-        if name == "admission":
+        if name == "groups":
+            results[name] = asyncio.run(groups_bench.run())
+        elif name == "admission":
             results[name] = asyncio.run(admission_bench.run(seconds=args.seconds))
         elif name == "lockd-queue":
             results[name] = asyncio.run(lockd_bench.queue_scaling(seconds=min(args.seconds, 5.0)))
