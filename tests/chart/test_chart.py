@@ -192,7 +192,7 @@ def test_lockd_without_the_charts_controller(
     plain = values(daemonset)
     assert plain.get("STAGGER_CONTROLLER_URL") == url
     assert plain.get("STAGGER_CONTROLLER_TOKEN_FILE") == token_file
-    assert "SSL_CERT_FILE" not in plain
+    assert "STAGGER_CONTROLLER_CA_FILE" not in plain
     assert [v["name"] for v in pod_spec(daemonset)["volumes"]] == ["policies"]
 
 

@@ -4,7 +4,7 @@ the same CA in the Secret and in the ConfigMap lockd trusts, a new CA per instal
 (with its caBundle value, required), and cert-manager (self-signed issuer → CA → serving Certificate, the
 CA injected through cert-manager.io/inject-ca-from, lockd reading only ca.crt). Last, the controller
 process started with the chart's settings and files serves that certificate, and a client configured as
-lockd is (SSL_CERT_FILE) verifies it under the leader Service's name."""
+lockd is (--controller-ca-file) verifies it under the leader Service's name."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def webhook(docs: list[Doc]) -> Doc:
 def lockd_ca(docs: list[Doc]) -> Doc:
     """The volume holding the CA file lockd's HTTPS client trusts."""
     lockd = by_kind(docs, "DaemonSet")
-    return mounted_file(lockd, values(lockd)["SSL_CERT_FILE"])
+    return mounted_file(lockd, values(lockd)["STAGGER_CONTROLLER_CA_FILE"])
 
 
 def controller_tls(docs: list[Doc]) -> Doc:
@@ -165,12 +165,12 @@ def test_cert_manager_issues_and_injects_the_ca() -> None:
     }
 
 
-# What lockd's HTTPS client does (aiohttp's default context is ssl.create_default_context(), which reads
-# OpenSSL's SSL_CERT_FILE), asking /status under a Service's name.
+# What lockd's HTTPS client does (lockd.groups.controller_ssl: a default context trusting only the file of
+# --controller-ca-file), asking /status under a Service's name.
 CLIENT = """
 import socket, ssl, sys
-port, host = int(sys.argv[1]), sys.argv[2]
-context = ssl.create_default_context()
+port, host, ca = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+context = ssl.create_default_context(cafile=ca)
 with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname=host) as tls:
     tls.sendall(b"GET /status HTTP/1.1\\r\\nHost: " + host.encode() + b"\\r\\nConnection: close\\r\\n\\r\\n")
     answer = b""
@@ -182,8 +182,8 @@ print(answer.decode())
 
 def ask(port: int, host: str, ca_file: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", CLIENT, str(port), host],
-        env=clean_env(SSL_CERT_FILE=str(ca_file), SSL_CERT_DIR=str(ca_file.parent / "none")),
+        [sys.executable, "-c", CLIENT, str(port), host, str(ca_file)],
+        env=clean_env(SSL_CERT_DIR=str(ca_file.parent / "none")),
         capture_output=True,
         text=True,
         timeout=30,
