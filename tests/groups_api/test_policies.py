@@ -1,0 +1,115 @@
+"""The group pacer's rules through the real controller on the API emulator (lock mode): a bypassed pod is
+counted in its group but never held; a pod in two policies needs both pacers; `maxBlockedDuration` lets a
+held pod through regardless; a pod without the enable label is not in any group. (Pods created in the
+same second are ordered by name: creationTimestamp has whole seconds.) And the Events people
+see: `StaggerHeld` when a pod is first held, `StaggerReleased` with the group's counts when its grant
+shows on it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.emulator.server import ApiServer
+from stagger.timestamps import format_rfc3339
+from tests.groups_api.controller import PODS, Api, Controller, running_controller
+from tests.webhook.reviews import NAMES, enabled, pod
+
+pytestmark = pytest.mark.e2e
+
+POLICIES = """\
+staggeringPolicies:
+- name: web
+  labelSelector: {matchLabels: {app: web}}
+  bypassLabelSelector: {matchLabels: {urgent: "yes"}}
+  pacer: {maxConcurrent: {value: 1}}
+- name: team
+  labelSelector: {matchLabels: {team: a}}
+  pacer: {maxConcurrent: {value: 2}}
+- name: batch
+  labelSelector: {matchLabels: {app: batch}}
+  pacer: {maxConcurrent: {value: 1}}
+  maxBlockedDuration: 2s
+"""
+
+
+async def _started(api: Api, controller: Controller, name: str) -> dict[str, Any]:
+    answer = await controller.grant(name)
+    if answer["granted"]:
+        patch = {
+            "metadata": {
+                "annotations": {NAMES.granted_at_annotation: format_rfc3339(time.time())},
+                "labels": {NAMES.staggered_label: None},
+            }
+        }
+        status, body = await api.call(
+            "PATCH",
+            PODS.format(namespace="default") + f"/{name}",
+            patch,
+            content_type="application/merge-patch+json",
+        )
+        assert status == 200, body
+    return answer
+
+
+async def test_pacer_rules_and_events(tmp_path: Path) -> None:
+    async with (
+        ApiServer() as server,
+        running_controller(server=server, tmp_path=tmp_path, policies=POLICIES) as c,
+    ):
+        api = Api(server, c.session)
+        # Bypassed: never held (no staggered label), but it takes the web group's one place.
+        urgent = await api.create_pod(pod("urgent", labels=enabled(app="web", urgent="yes")))
+        assert NAMES.staggered_label not in urgent["metadata"]["labels"]
+        await api.create_pod(pod("web-1", labels=enabled(app="web")))
+        # Two policies: web (full, because of the bypassed pod) and team (room for 2).
+        await api.create_pod(pod("web-2", labels=enabled(app="web", team="a")))
+        await api.create_pod(pod("team-1", labels=enabled(team="a")))
+        # Not enabled: never sent to admission, never in a group.
+        plain = await api.create_pod(pod("plain", labels={"app": "web"}))
+        assert "annotations" not in plain["metadata"]
+        await c.until(lambda groups: groups["pods"] == 4)
+        assert (await c.grant("web-1"))["granted"] is False  # the bypassed pod counts
+        both = await c.grant("web-2")
+        assert both["granted"] is False and "web" in both["reason"]  # team has room, web has not
+        assert (await _started(api, c, "team-1"))["granted"] is True
+        assert (await c.grant("plain"))["granted"] is False  # unknown to the controller: ask again
+        rows = {row["policy"]: row for row in (await c.until(lambda g: len(g["groups"]) == 2))["groups"]}
+        assert rows["web"]["starting"] == 1 and rows["web"]["held"] == 2
+        # The bypassed pod turns Ready: web has room for the oldest held pod (web-1), then "web-2".
+        await api.make_ready("urgent")
+        await c.until(lambda groups: any(r["policy"] == "web" and r["ready"] == 1 for r in groups["groups"]))
+        started = await _started(api, c, "web-1")
+        assert started["granted"] is True, started
+        assert (await c.grant("web-2"))["granted"] is False
+
+        # maxBlockedDuration: held 2 s, then through regardless.
+        await api.create_pod(pod("batch-1", labels=enabled(app="batch")))
+        await api.create_pod(pod("batch-2", labels=enabled(app="batch")))
+        await c.until(lambda groups: groups["pods"] == 6)
+        assert (await _started(api, c, "batch-1"))["granted"] is True
+        assert (await c.grant("batch-2"))["granted"] is False
+        deadline = time.monotonic() + 10
+        while not (answer := await c.grant("batch-2"))["granted"]:
+            assert time.monotonic() < deadline, answer
+            await asyncio.sleep(0.2)
+        assert "maxBlockedDuration" in answer["reason"]
+
+        # Events: held when first seen, released when the grant shows on the pod.
+        deadline = time.monotonic() + 10
+        while True:
+            _, events = await api.call(
+                "GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dweb-1"
+            )
+            reasons = [item["reason"] for item in events["items"]]
+            if "StaggerReleased" in reasons:
+                break
+            assert time.monotonic() < deadline, reasons
+            await asyncio.sleep(0.1)
+        assert reasons[0] == "StaggerHeld"
+        released = next(item for item in events["items"] if item["reason"] == "StaggerReleased")
+        assert "web " in released["message"] and "Ready" in released["message"]
