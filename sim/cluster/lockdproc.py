@@ -39,6 +39,8 @@ class LockdSpec:
     """lockd re-reads the load file this often (wall time)."""
     log_level: str = "warning"
     python: str = sys.executable
+    extra_args: tuple[str, ...] = ()
+    """More flags (the controller's URL, token and CA when the simulated cluster runs it)."""
 
     @property
     def url(self) -> str:
@@ -59,7 +61,7 @@ class LockdSpec:
             argv += ["--policies", str(self.policies)]
         if self.labels and self.kubeconfig is None:
             argv += ["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
-        return argv
+        return argv + list(self.extra_args)
 
 
 class LockdProcess:

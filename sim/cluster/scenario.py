@@ -60,6 +60,8 @@ class Workload:
     stagger: bool = True
     """Opt the pods in (init client + enable label) when the scenario runs with stagger."""
     pod_failure_policy: Mapping[str, Any] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """More labels on the pods (what staggering policies select)."""
 
 
 LockdMode = Literal["cluster", "standalone"]
@@ -76,6 +78,10 @@ class StaggerConfig:
     lockd_mode: LockdMode = "cluster"
     """cluster: lockd watches the pods of its node through the emulator and ends slots at Ready itself;
     standalone: lockd knows only namespace/name and the kubelet gives slots back (DELETE) at Ready."""
+    controller: bool = False
+    """The real controller runs (`python -m webhook`): its admission injects the init client and puts pods
+    in their staggering groups, and lockd asks it for group grants. Default: when the policy file has
+    staggeringPolicies."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,7 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
             "image",
             "stagger",
             "podFailurePolicy",
+            "labels",
         },
     )
     kind = data.get("kind")
@@ -226,12 +233,13 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
         image=_string(data, "image", path, DEFAULT_IMAGE),
         stagger=stagger,
         pod_failure_policy=dict(_mapping(policy, f"{path}.podFailurePolicy")) if policy is not None else None,
+        labels=_string_map(data.get("labels"), f"{path}.labels"),
     )
 
 
 def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
     path = "stagger"
-    _allowed(data, path, {"enabled", "hostPort", "maxWait", "policies", "lockdMode"})
+    _allowed(data, path, {"enabled", "hostPort", "maxWait", "policies", "lockdMode", "controller"})
     enabled = data.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ScenarioError(f"{path}.enabled: expected true or false (got {enabled!r})")
@@ -246,12 +254,24 @@ def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
     mode = data.get("lockdMode", StaggerConfig.lockd_mode)
     if mode not in ("cluster", "standalone"):
         raise ScenarioError(f"{path}.lockdMode: must be cluster or standalone (got {mode!r})")
+    try:
+        groups = (yaml.safe_load(policies) or {}).get("staggeringPolicies") if policies.strip() else None
+    except (yaml.YAMLError, AttributeError):
+        groups = None  # lockd and the controller report a bad policy file with the field named
+    controller = data.get("controller", bool(groups))
+    if not isinstance(controller, bool):
+        raise ScenarioError(f"{path}.controller: expected true or false (got {controller!r})")
+    if controller and mode != "cluster":
+        raise ScenarioError(
+            f"{path}.controller: needs lockdMode cluster (lockd asks the controller about pods it sees)"
+        )
     return StaggerConfig(
         enabled=enabled,
         host_port=port,
         max_wait=_string(data, "maxWait", path, StaggerConfig.max_wait),
         policies=policies,
         lockd_mode=mode,
+        controller=controller,
     )
 
 
@@ -362,7 +382,7 @@ def _model_annotations(w: Workload) -> dict[str, str]:
 
 def pod_template(w: Workload, *, stagger: StaggerConfig, names: Names | None = None) -> Obj:
     names = names or Names()
-    labels = {"app": w.name}
+    labels = {**w.labels, "app": w.name}
     spec: Obj = {
         "containers": [
             {
@@ -376,9 +396,10 @@ def pod_template(w: Workload, *, stagger: StaggerConfig, names: Names | None = N
     }
     if stagger.enabled and w.stagger:
         labels[names.enable_label] = "1"
-        spec["initContainers"] = [
-            initclient_container(host_port=stagger.host_port, max_wait=stagger.max_wait)
-        ]
+        if not stagger.controller:  # with the controller, its admission injects the init client
+            spec["initContainers"] = [
+                initclient_container(host_port=stagger.host_port, max_wait=stagger.max_wait)
+            ]
     return {"metadata": {"labels": labels, "annotations": _model_annotations(w)}, "spec": spec}
 
 
