@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint typecheck layers unit bench demo tools clean control-plane
+.PHONY: venv run test test-fast test-real lint typecheck layers unit bench demo tools clean control-plane
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -46,6 +46,13 @@ test: lint typecheck layers unit
 
 test-fast: lint typecheck layers ## the same checks, and only the pure tests (no server, no process): seconds
 	$(VENV)/bin/pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+
+# The end-to-end tests on the real control plane (docs/testbed.md): the simulated cluster's tests with the
+# real kube-scheduler and kube-controller-manager, the herd demo's seed scenario, and the control plane's
+# own and conformance tests; the rest (emulator internals, pure tests) is deselected. Needs the binaries.
+test-real: venv
+	@test -x .tools/controlplane/kube-apiserver || { echo "no control plane: run \`make control-plane\` first" >&2; exit 2; }
+	$(VENV)/bin/pytest --control-plane real $(PYTEST_ARGS)
 
 demo: venv ## the herd demo: 60 pods on 4 simulated nodes, without and with stagger; writes out/herd-timeline.png
 	$(PY) -m sim herd --out out

@@ -9,15 +9,29 @@ remembering to: the folders below, the fixtures that start servers, and test mod
 processes or servers (`subprocess`, `tests.processes`, aiohttp's test server, the emulator). A module
 that mixes pure and costly tests without those signs marks its costly ones itself (`pytestmark`, or
 `@pytest.mark.slow` on the test).
+
+`--control-plane {emulator,real,both}` picks the API server of the end-to-end tests that take the `backend`
+fixture (tests/backends.py; the session's real control plane, a namespace per test) or `control_plane_kind`
+(tests that start their own, as `python -m sim herd --control-plane real` does): the emulator (default),
+the real control plane built by `make control-plane`, or each in turn. With `real`, every other test is
+deselected (they test the emulator itself, or need no API server at all), except the real control
+plane's own tests (those taking `control_plane`: tests/controlplane, tests/conformance). docs/testbed.md
+says which tests run where.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from sim.cluster.backend import BACKEND_KINDS, ApiBackend
+from sim.controlplane.launcher import ControlPlane, MissingBinaries, missing_binaries
+from tests.backends import Backend, open_backend
+
 TESTS = Path(__file__).parent
+CHOICES = (*BACKEND_KINDS, "both")
 
 E2E_FOLDERS = frozenset({"lockd_sim", "integration", "controlplane"})
 """Every test here runs a whole cluster or several processes."""
@@ -31,12 +45,23 @@ SERVER_FIXTURES = frozenset(
         "api",  # the API emulator (tests/cluster, tests/kube, tests/lockd_cluster, tests/lockd_sim)
         "start_lockd",  # lockd's app over HTTP
         "control_plane",  # the real kube-apiserver and friends
+        "backend",  # the emulator or the real control plane (tests/backends.py)
+        "control_plane_kind",  # a test that starts its own emulator or real control plane
         "aiohttp_client",
         "aiohttp_server",
         "aiohttp_raw_server",
     }
 )
 """A test using one of these fixtures, directly or through another fixture, is slow."""
+
+E2E_FIXTURES = frozenset({"backend", "control_plane_kind"})
+"""A test using one of these runs a whole (simulated) cluster on an API server: e2e."""
+
+KIND_FIXTURES = ("backend_kind", "control_plane_kind")
+"""Parametrized with the kinds --control-plane picks."""
+
+REAL_FIXTURES = frozenset({"backend", "control_plane_kind", "control_plane"})
+"""With `--control-plane real`, only tests using one of these run."""
 
 COSTLY_CODE = (
     "import subprocess",
@@ -58,11 +83,40 @@ def _costly(path: Path) -> bool:
     return any(needle in code for needle in COSTLY_CODE)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--control-plane",
+        choices=CHOICES,
+        default="emulator",
+        help="the API server of the end-to-end tests that take the `backend` fixture: sim's emulator "
+        "(default), the real control plane from `make control-plane`, or both in turn; with `real`, "
+        "the tests that run on the emulator only are skipped",
+    )
+
+
+def _kinds(config: pytest.Config) -> list[str]:
+    chosen = str(config.getoption("--control-plane"))
+    return list(BACKEND_KINDS) if chosen == "both" else [chosen]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for name in KIND_FIXTURES:
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, _kinds(metafunc.config), indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--control-plane") == "real":
+        # The rest test the emulator itself, or need no API server: they have nothing to run on a real one.
+        kept = [item for item in items if not REAL_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+            items[:] = kept
     costly_modules: dict[Path, bool] = {}
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
-        if folder in E2E_FOLDERS:
+        if folder in E2E_FOLDERS or not E2E_FIXTURES.isdisjoint(fixtures):
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") is not None:
             item.add_marker(pytest.mark.slow)
@@ -75,3 +129,69 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or not SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
         ):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """One real control plane for the whole session (about 5 s to start); its data dir (certificates,
+    logs/) stays under pytest's temporary root. Without the binaries: skipped, or failed when the run
+    asked for the real control plane (`--control-plane real` or `both`)."""
+    _require_binaries(request.config)
+    plane = ControlPlane(data_dir=tmp_path_factory.mktemp("controlplane"))
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def _require_binaries(config: pytest.Config) -> None:
+    missing = missing_binaries()
+    if missing:
+        message = (
+            f"{MissingBinaries.__name__}: {', '.join(missing)} not built: run `make control-plane` first"
+        )
+        if config.getoption("--control-plane") != "emulator":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture
+def control_plane_kind(request: pytest.FixtureRequest) -> str:
+    """`emulator` or `real` (parametrized from --control-plane), for a test that starts its own API server
+    (`python -m sim herd` and `cluster`, `--control-plane real` there): a fresh emulator, or a fresh real
+    control plane (needs `make control-plane`; not the session's `control_plane`)."""
+    kind = str(request.param)
+    if kind == "real":
+        _require_binaries(request.config)
+    return kind
+
+
+@pytest.fixture
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """`emulator` or `real` (parametrized from --control-plane); with `real`, the session's control plane
+    is started here, outside any event loop."""
+    kind = str(request.param)
+    if kind == "real":
+        request.getfixturevalue("control_plane")
+    return kind
+
+
+@pytest.fixture
+async def backend(request: pytest.FixtureRequest, backend_kind: str) -> AsyncIterator[Backend]:
+    """The test's API server (see tests/backends.py) and a namespace of its own on it."""
+    if backend_kind == "real":
+        plane: ControlPlane = request.getfixturevalue("control_plane")
+        plane.check()
+        async with open_backend(ApiBackend.real(plane.kubeconfig)) as backend:
+            yield backend
+        return
+    from sim.emulator.server import ApiServer, ApiServerSettings
+
+    async with (
+        ApiServer(ApiServerSettings(port=0)) as server,
+        open_backend(ApiBackend(server.url), emulator=server) as backend,
+    ):
+        yield backend

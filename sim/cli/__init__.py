@@ -1,8 +1,10 @@
-"""`python -m sim COMMAND`: the command line, on top of the emulator and the simulated cluster.
+"""`python -m sim COMMAND`: the command line, on top of the emulator, the simulated cluster and the real
+control plane.
 
-Each command lives in its own module (`sim.cli.apiserver`, `sim.cli.cluster`, `sim.cli.herd`), which is
-the only place that starts an emulator and a cluster together. They are imported only when chosen, so
-`python -m sim apiserver` does not pay for the cluster's or the plot's imports.
+Each command lives in its own module (`sim.cli.apiserver`, `sim.cli.cluster`, `sim.cli.herd`,
+`sim.controlplane.cli`); the cli modules are the only place that starts an API server (the emulator or a
+real control plane) and a cluster together. They are imported only when chosen, so `python -m sim
+apiserver` does not pay for the cluster's or the plot's imports.
 """
 
 from __future__ import annotations
@@ -13,25 +15,29 @@ from collections.abc import Callable, Sequence
 
 COMMANDS: dict[str, str] = {
     "apiserver": "the Kubernetes API server emulator alone, until interrupted",
-    "cluster": "a simulated cluster (nodes, kubelets, scheduler, controllers, lockd per node) on an emulator",
+    "controlplane": "a real control plane (etcd, kube-apiserver, -controller-manager, -scheduler) on loopback",
+    "cluster": "a simulated cluster (nodes, kubelets, lockd per node) on the emulator or the real control plane",
     "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
 }
 
 EPILOG = """\
 examples:
   python -m sim apiserver --listen 127.0.0.1:6443 --kubeconfig /tmp/sim.kubeconfig
+  python -m sim controlplane --kubeconfig /tmp/real.kubeconfig     (needs `make control-plane`)
   python -m sim cluster --nodes 3 --cores 4 --stagger
+  python -m sim cluster --control-plane real --stagger --kubeconfig /tmp/real.kubeconfig
   python -m sim herd --out out
   python -m sim herd --help          (each command has its own --help)
 """
 
 
 DESCRIPTION = """\
-A Kubernetes API server emulator, and a simulated cluster that runs the real stagger processes (lockd
-per node, the init client in every opted-in pod) on it: a test bed and a demo, no real cluster needed.
+A Kubernetes API server emulator, a real control plane built from Kubernetes' Go modules (`make
+control-plane`), and a simulated cluster that runs the real stagger processes (lockd per node, the init
+client in every opted-in pod) on either: a test bed and a demo, no real cluster needed.
 
 commands:
-""" + "\n".join(f"  {name:<10} {summary}" for name, summary in COMMANDS.items())
+""" + "\n".join(f"  {name:<12} {summary}" for name, summary in COMMANDS.items())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +61,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
         from sim.cli import cluster
 
         return cluster.main
+    if name == "controlplane":
+        from sim.controlplane import cli as controlplane
+
+        return lambda argv: controlplane.main(list(argv))
     from sim.cli import herd
 
     return herd.main

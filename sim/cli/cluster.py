@@ -1,5 +1,6 @@
-"""`python -m sim cluster`: a simulated cluster on the API server emulator (or on any API server), until
-interrupted or for a while, optionally with a scenario's workloads applied."""
+"""`python -m sim cluster`: a simulated cluster on the API server emulator or a real control plane (started
+here, or running already), until interrupted or for a while, optionally with a scenario's workloads
+applied."""
 
 from __future__ import annotations
 
@@ -13,22 +14,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sim.cli.apis import (
+    ApiUnavailable,
+    ControlPlaneKind,
+    add_control_plane_option,
+    check_control_plane,
+    open_api,
+)
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.emulator.server import ApiServer, ApiServerSettings
 
 DESCRIPTION = """\
-Run a simulated cluster: nodes with their kubelets, a scheduler, the workload controllers and, with
---stagger, a real lockd per node (each node has its own loopback address, 127.0.1.N). It talks to the
-Kubernetes API server emulator started here, or to the API server at --api-url. It prints the API
-server's URL and the nodes, applies the scenario's workloads if one is given, and runs until SIGINT or
-SIGTERM (or for --duration seconds)."""
+Run a simulated cluster: nodes with their kubelets and, with --stagger, a real lockd per node (each node
+has its own loopback address, 127.0.1.N). On the Kubernetes API server emulator started here (the
+default) sim's own scheduler and workload controllers run too; on a real control plane
+(--control-plane real, after `make control-plane`, or --api-kubeconfig for one already running) the
+real kube-scheduler and kube-controller-manager do that work, and the nodes register, renew their
+Leases in kube-node-lease and post their status as a kubelet does. It prints the API server and the
+nodes, applies the scenario's workloads if one is given, and runs until SIGINT or SIGTERM (or for
+--duration seconds)."""
 
 EPILOG = """\
 examples:
   python -m sim cluster --nodes 3 --cores 4 --stagger --kubeconfig /tmp/sim.kubeconfig
   python -m sim cluster --scenario sim/cluster/scenarios/herd.yaml --stagger --duration 60
-  python -m sim cluster --api-url http://127.0.0.1:6443 --no-stagger
+  python -m sim cluster --control-plane real --stagger --kubeconfig /tmp/real.kubeconfig
+  python -m sim cluster --api-kubeconfig /tmp/real.kubeconfig   (a `python -m sim controlplane` running)
+  python -m sim cluster --api-url http://127.0.0.1:6443 --no-stagger   (an emulator running)
 """
 
 
@@ -36,7 +48,9 @@ examples:
 class CliSettings:
     cluster: ClusterSettings
     scenario: Scenario | None
+    control_plane: ControlPlaneKind
     api_url: str | None
+    api_kubeconfig: Path | None
     api_port: int
     kubeconfig: Path | None
     duration: float | None
@@ -66,9 +80,21 @@ def _parser() -> argparse.ArgumentParser:
     stagger.add_argument("--no-stagger", dest="stagger", action="store_false", help="no lockd")
     add("--policies", type=Path, help="lockd policy file (with --stagger)")
     add("--host-port", type=int, help="lockd port on every node address (default 9400; 0 picks a free one)")
-    add("--api-url", help="use this API server instead of starting the emulator")
-    add("--api-port", type=int, default=0, help="port of the emulator started here (default: any free port)")
-    add("--kubeconfig", type=Path, help="write a kubeconfig for the emulator started here")
+    add_control_plane_option(parser)
+    attach = parser.add_mutually_exclusive_group()
+    attach.add_argument(
+        "--api-url",
+        help="use the emulator (or unauthenticated API server) at this URL instead of starting one",
+    )
+    attach.add_argument(
+        "--api-kubeconfig",
+        type=Path,
+        help="use the real cluster this kubeconfig points to (e.g. `python -m sim controlplane`'s)",
+    )
+    add(
+        "--api-port", type=int, default=0, help="port of the API server started here (default: any free port)"
+    )
+    add("--kubeconfig", type=Path, help="write a kubeconfig for the API server started here")
     add("--duration", type=float, help="stop after this many wall seconds (default: run until interrupted)")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
@@ -114,7 +140,9 @@ def parse_cli(argv: Sequence[str]) -> tuple[CliSettings, str]:
         CliSettings(
             cluster=cluster,
             scenario=scenario,
+            control_plane=args.control_plane,
             api_url=args.api_url,
+            api_kubeconfig=args.api_kubeconfig,
             api_port=args.api_port,
             kubeconfig=args.kubeconfig,
             duration=args.duration,
@@ -129,15 +157,17 @@ async def _serve(settings: CliSettings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
-        api_url = settings.api_url
-        if api_url is None:
-            api = await stack.enter_async_context(ApiServer(ApiServerSettings(port=settings.api_port)))
-            api_url = api.url
-            if settings.kubeconfig is not None:
-                api.write_kubeconfig(settings.kubeconfig)
-                print(f"kubeconfig: {settings.kubeconfig}", flush=True)
-        cluster = await stack.enter_async_context(SimCluster(api_url=api_url, settings=settings.cluster))
-        print(f"API server: {api_url}", flush=True)
+        api = await stack.enter_async_context(
+            open_api(
+                settings.control_plane,
+                port=settings.api_port,
+                kubeconfig=settings.kubeconfig,
+                api_url=settings.api_url,
+                api_kubeconfig=settings.api_kubeconfig,
+            )
+        )
+        cluster = await stack.enter_async_context(SimCluster(api=api.backend, settings=settings.cluster))
+        print(f"API server: {api.description}", flush=True)
         for i, name in enumerate(cluster.kubelets):
             lockd = cluster.lockds.get(name)
             print(
@@ -154,7 +184,9 @@ async def _serve(settings: CliSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings, log_level = parse_cli(sys.argv[1:] if argv is None else argv)
-    except ScenarioError as exc:
+        if settings.api_url is None and settings.api_kubeconfig is None:
+            check_control_plane(settings.control_plane)
+    except (ScenarioError, ApiUnavailable) as exc:
         print(f"sim cluster: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -12,41 +12,53 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sim.cli.apis import (
+    ApiUnavailable,
+    ControlPlaneKind,
+    add_control_plane_option,
+    check_control_plane,
+    open_api,
+)
 from sim.cluster.herd import PNG_NAME, RunResult, as_json, format_table, measure, plot
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario, with_stagger
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.emulator.server import ApiServer, ApiServerSettings
 
 logger = logging.getLogger(__name__)
 
 DESCRIPTION = """\
-Run a scenario twice, each time on a fresh API server emulator and simulated cluster: once without
-stagger, once with lockd on every node. Print, per run, the simulated time until every pod was Ready,
-the container restarts, the largest number of containers starting at once on a node and the API
-requests made; draw both runs' Ready pods over time into OUT/herd-timeline.png. Exit 1 when a run did
-not reach its target before the scenario's deadline."""
+Run a scenario twice, each time on a fresh API server (the emulator, or with --control-plane real a real
+control plane from `make control-plane`) and simulated cluster: once without stagger, once with lockd on
+every node. Print, per run, the simulated time until every pod was Ready, the container restarts, the
+largest number of containers starting at once on a node and the API requests made (on a real control
+plane these include its own controllers' and the nodes' heartbeats); draw both runs' Ready pods over
+time into OUT/herd-timeline.png. Exit 1 when a run did not reach its target before the scenario's
+deadline."""
 
 EPILOG = """\
 examples:
   python -m sim herd                                   (sim/cluster/scenarios/herd.yaml: 60 pods, 4 nodes)
   python -m sim herd --json --out /tmp/herd
+  python -m sim herd --control-plane real              (the real scheduler and controllers; `make control-plane`)
   python -m sim herd --scenario my.yaml --time-scale 5 (slower simulated time: less load on this machine)
 """
 
 
 async def run_once(
-    scenario: Scenario, *, stagger: bool, cluster_overrides: dict[str, Any] | None = None
+    scenario: Scenario,
+    *,
+    stagger: bool,
+    control_plane: ControlPlaneKind = "emulator",
+    cluster_overrides: dict[str, Any] | None = None,
 ) -> RunResult:
-    """One run on a fresh emulator and cluster, torn down before returning."""
+    """One run on a fresh API server (emulator or real control plane) and cluster, torn down before
+    returning."""
     scenario = with_stagger(scenario, stagger)
     settings = ClusterSettings.from_scenario(scenario, **(cluster_overrides or {}))
     async with (
-        ApiServer(ApiServerSettings(port=0)) as api,
-        SimCluster(api_url=api.url, settings=settings) as cluster,
+        open_api(control_plane, quiet=True) as api,
+        SimCluster(api=api.backend, settings=settings) as cluster,
     ):
-        return await measure(
-            scenario, cluster=cluster, stagger=stagger, request_count=lambda: api.request_count
-        )
+        return await measure(scenario, cluster=cluster, stagger=stagger, request_count=api.request_count)
 
 
 async def _heartbeat(label: str, started: float) -> None:
@@ -56,7 +68,7 @@ async def _heartbeat(label: str, started: float) -> None:
         print(f"  {label}: still running ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
 
 
-async def run_demo(scenario: Scenario) -> list[RunResult]:
+async def run_demo(scenario: Scenario, *, control_plane: ControlPlaneKind = "emulator") -> list[RunResult]:
     results = []
     for index, stagger in enumerate((False, True), start=1):
         label = f"run {index} of 2, {'with' if stagger else 'without'} stagger"
@@ -64,7 +76,7 @@ async def run_demo(scenario: Scenario) -> list[RunResult]:
         started = time.monotonic()
         ticker = asyncio.create_task(_heartbeat(label, started))
         try:
-            result = await run_once(scenario, stagger=stagger)
+            result = await run_once(scenario, stagger=stagger, control_plane=control_plane)
         finally:
             ticker.cancel()
         ready = (
@@ -96,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--time-scale", type=float, help="simulated seconds per wall second (default: the scenario's)"
     )
+    add_control_plane_option(parser)
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -108,14 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.time_scale <= 0:
                 raise ScenarioError(f"--time-scale: must be > 0 (got {args.time_scale})")
             scenario = replace(scenario, time_scale=args.time_scale)
-    except ScenarioError as exc:
+        check_control_plane(args.control_plane)
+    except (ScenarioError, ApiUnavailable) as exc:
         print(f"sim herd: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    results = asyncio.run(run_demo(scenario))
-    png = plot(results, path=args.out / PNG_NAME, title=f"{scenario.name}: pods Ready over time")
+    results = asyncio.run(run_demo(scenario, control_plane=args.control_plane))
+    where = "" if args.control_plane == "emulator" else " (real control plane)"
+    png = plot(results, path=args.out / PNG_NAME, title=f"{scenario.name}{where}: pods Ready over time")
     if args.json:
         print(as_json(results, png=png))
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,7 +38,7 @@ class RunResult:
 
 
 async def measure(
-    scenario: Scenario, *, cluster: SimCluster, stagger: bool, request_count: Callable[[], int]
+    scenario: Scenario, *, cluster: SimCluster, stagger: bool, request_count: Callable[[], Awaitable[int]]
 ) -> RunResult:
     """Apply the scenario's workloads on a running cluster and watch them until done (or the deadline).
 
@@ -46,7 +46,7 @@ async def measure(
     reported), ``stagger`` only labels the result."""
     async with ProgressWatch(client=cluster.client, clock=cluster.clock, target=Target.of(scenario)) as watch:
         await watch.pods.synced.wait()
-        requests_before = request_count()
+        requests_before = await request_count()
         await cluster.apply_workloads(scenario)
         reached = await watch.wait_done(deadline_seconds=scenario.deadline_seconds)
         return RunResult(
@@ -55,7 +55,7 @@ async def measure(
             all_ready_seconds=watch.done_at if reached else None,
             restarts=watch.restarts,
             peak_starting=cluster.peak_starting(),
-            api_requests=request_count() - requests_before,
+            api_requests=await request_count() - requests_before,
             timeline=list(watch.timeline),
         )
 

@@ -40,6 +40,7 @@ from sim.cluster.podstatus import (
     pod_phase,
     render_pod_status,
     status_changed,
+    status_patch,
     view_from_model,
     waiting,
 )
@@ -458,7 +459,7 @@ class Kubelet:
                 name=name_of(rt.pod),
                 namespace=namespace_of(rt.pod),
                 subresource="status",
-                patch={"metadata": {"uid": rt.uid}, "status": status},
+                patch={"metadata": {"uid": rt.uid}, "status": status_patch(status)},
                 patch_type="strategic",
             )
         except ApiError as exc:

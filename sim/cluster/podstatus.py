@@ -267,6 +267,15 @@ def render_pod_status(
     return status
 
 
+def status_patch(status: Mapping[str, Any]) -> Obj:
+    """``status`` as a strategic merge patch that says everything: the patch merges conditions by type,
+    so a condition's ``reason`` or ``message`` that ``status`` leaves out is set to null (removed), or
+    the one of an earlier status (``ContainersNotReady`` ...) would stay on a condition now True."""
+    patch = dict(status)
+    patch["conditions"] = [{"reason": None, "message": None, **c} for c in status.get("conditions") or []]
+    return patch
+
+
 def _strip_times(conditions: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted(
         (str(c.get("type")), c.get("status"), c.get("reason"), c.get("message")) for c in conditions

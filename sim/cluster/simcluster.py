@@ -1,7 +1,8 @@
 """The simulated cluster: nodes, a lockd process per node, scheduler, kubelets and controllers, all talking
-to a Kubernetes API server (any: the emulator, or a real one) over HTTP.
+to a Kubernetes API server over HTTP: the emulator, or a real control plane whose own scheduler and
+controllers then do their part (``sim.cluster.backend`` says what differs).
 
-Library: ``async with SimCluster(api_url=..., settings=ClusterSettings(...)) as cluster: ...``.
+Library: ``async with SimCluster(api=ApiBackend(url), settings=ClusterSettings(...)) as cluster: ...``.
 Command line: ``python -m sim cluster`` (``sim.cli.cluster``).
 """
 
@@ -19,12 +20,16 @@ from typing import Any
 
 import aiohttp
 
+from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
+from sim.cluster.controllerproc import ControllerProcess, ControllerSpec
 from sim.cluster.controllers import ControllerManager, ControllerSettings
 from sim.cluster.initproc import LaunchGate
 from sim.cluster.kubelet import Kubelet, KubeletSettings
 from sim.cluster.lockdproc import LockdProcess, LockdSpec, common_free_port
+from sim.cluster.nodeagent import NodeAgent, NodeAgentSettings, node_name
 from sim.cluster.scenario import (
+    STAGGER_IMAGE,
     NodePool,
     Scenario,
     StaggerConfig,
@@ -32,14 +37,19 @@ from sim.cluster.scenario import (
 )
 from sim.cluster.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.startup import ModelSettings
-from sim.kubeconfig import write_kubeconfig
 from stagger.informer import InformerSettings
-from stagger.kube import BY_KIND, NAMESPACES, NODES, ApiError, RestClient
+from stagger.kube import BY_KIND, NAMESPACES, ApiError, Resource, RestClient
 from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
 
-KUBELET_VERSION = "v1.30.0-sim"
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,10 @@ class ClusterSettings:
     work_dir: Path | None = None
     """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    """sim's scheduler (on the emulator only)."""
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
+    """sim's workload controllers (on the emulator only)."""
+    node_agent: NodeAgentSettings = field(default_factory=NodeAgentSettings)
     informer: InformerSettings = field(default_factory=InformerSettings)
 
     @classmethod
@@ -76,77 +89,18 @@ class ClusterSettings:
         return cls(**{**fields, **overrides})
 
 
-def node_name(index: int) -> str:
-    return f"sim-node-{index}"
-
-
-def _cpu_quantity(cores: float) -> str:
-    return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
-
-
-def node_manifests(*, index: int, pool: NodePool, ip: str) -> tuple[Obj, Obj]:
-    """The Node to create and the status its kubelet reports (written through the status subresource)."""
-    name = node_name(index)
-    labels = {
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        **pool.labels,
-    }
-    node: Obj = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
-    }
-    if pool.taints:
-        node["spec"]["taints"] = [dict(t) for t in pool.taints]
-    resources = {"cpu": _cpu_quantity(pool.cores), "memory": pool.memory, "pods": str(pool.pods)}
-
-    def cond(kind: str, status: str, reason: str, message: str) -> Obj:
-        return {"type": kind, "status": status, "reason": reason, "message": message}
-
-    status: Obj = {
-        "capacity": dict(resources),
-        "allocatable": dict(resources),
-        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-        "conditions": [
-            cond(
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-            ),
-            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-        ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {
-            "architecture": "amd64",
-            "operatingSystem": "linux",
-            "osImage": "stagger sim",
-            "kernelVersion": "sim",
-            "kubeletVersion": KUBELET_VERSION,
-            "kubeProxyVersion": KUBELET_VERSION,
-            "containerRuntimeVersion": "containerd://1.7.0-sim",
-            "machineID": name,
-            "systemUUID": name,
-            "bootID": name,
-        },
-    }
-    return node, status
-
-
 class SimCluster:
-    """Nodes with their kubelets (and lockd processes when stagger is on), a scheduler and controllers."""
+    """Nodes with their kubelets (and lockd processes when stagger is on), and on the emulator a scheduler
+    and the workload controllers."""
 
-    def __init__(self, *, api_url: str, settings: ClusterSettings) -> None:
-        self.api_url = api_url
+    def __init__(self, *, api: ApiBackend, settings: ClusterSettings) -> None:
+        self.api = api
         self.settings = settings
         self.clock = SimClock(time_scale=settings.time_scale)
         self.kubelets: dict[str, Kubelet] = {}
+        self.node_agents: dict[str, NodeAgent] = {}
         self.lockds: dict[str, LockdProcess] = {}
+        self.controller: ControllerProcess | None = None
         self.host_port: int | None = None
         self.scheduler: Scheduler | None = None
         self.controllers: ControllerManager | None = None
@@ -194,15 +148,17 @@ class SimCluster:
             self._work_dir = s.work_dir
             self._work_dir.mkdir(parents=True, exist_ok=True)
         self._session = aiohttp.ClientSession()
-        self._client = RestClient.for_url(
-            session=self._session, base_url=self.api_url, request_timeout=s.request_timeout_seconds
-        )
+        self._client = self.api.client(self._session, request_timeout=s.request_timeout_seconds)
         ips = [self.node_ip(i) for i in range(s.nodes.count)]
-        await asyncio.gather(*(self._register_node(i, ip) for i, ip in enumerate(ips)))
+        for i, ip in enumerate(ips):
+            agent = NodeAgent(client=self.client, index=i, pool=s.nodes, ip=ip, settings=s.node_agent)
+            self.node_agents[agent.name] = agent
+        await asyncio.gather(*(agent.register() for agent in self.node_agents.values()))
         if s.stagger.enabled:
             await self._start_lockds(ips)
-        self.scheduler = Scheduler(client=self.client, clock=self.clock, settings=s.scheduler)
-        self.controllers = ControllerManager(client=self.client, clock=self.clock, settings=s.controllers)
+        if not self.api.runs_controllers:
+            self.scheduler = Scheduler(client=self.client, clock=self.clock, settings=s.scheduler)
+            self.controllers = ControllerManager(client=self.client, clock=self.clock, settings=s.controllers)
         gate = LaunchGate(concurrency=s.launch_concurrency, hold_seconds=s.launch_hold_seconds)
         for i, ip in enumerate(ips):
             name = node_name(i)
@@ -226,12 +182,18 @@ class SimCluster:
                 clock=self.clock,
                 launch_gate=gate,
             )
-        self._run(self.scheduler.run(), "scheduler")
-        self._run(self.controllers.run(), "controllers")
+        if self.scheduler is not None:
+            self._run(self.scheduler.run(), "scheduler")
+        if self.controllers is not None:
+            self._run(self.controllers.run(), "controllers")
+        for name, agent in self.node_agents.items():
+            self._run(agent.run(), f"node-{name}")
         for name, kubelet in self.kubelets.items():
             self._run(kubelet.run(), f"kubelet-{name}")
+        await asyncio.gather(*(agent.wait_schedulable() for agent in self.node_agents.values()))
         logger.info(
-            "cluster up: %d nodes of %g cores, time scale %g, stagger %s",
+            "cluster up on the %s: %d nodes of %g cores, time scale %g, stagger %s",
+            "real control plane" if self.api.kind == "real" else "API emulator",
             s.nodes.count,
             s.nodes.cores,
             s.time_scale,
@@ -243,11 +205,6 @@ class SimCluster:
         task.add_done_callback(_report_crash)
         self._tasks.append(task)
 
-    async def _register_node(self, index: int, ip: str) -> None:
-        node, status = node_manifests(index=index, pool=self.settings.nodes, ip=ip)
-        await self.client.create(NODES, node)
-        await self.client.patch(NODES, name=node_name(index), subresource="status", patch={"status": status})
-
     async def _start_lockds(self, ips: Sequence[str]) -> None:
         s = self.settings
         self.host_port = s.stagger.host_port or common_free_port(ips)
@@ -257,8 +214,10 @@ class SimCluster:
             policies.write_text(s.stagger.policies)
         kubeconfig_path: Path | None = None
         if s.stagger.lockd_mode == "cluster":
-            kubeconfig_path = self.work_dir / "lockd.kubeconfig"
-            write_kubeconfig(kubeconfig_path, self.api_url, token="lockd")
+            kubeconfig_path = self.api.lockd_kubeconfig(self.work_dir)
+        extra: tuple[str, ...] = ()
+        if s.stagger.controller and kubeconfig_path is not None and policies is not None:
+            extra = tuple(await self._start_controller(kubeconfig=kubeconfig_path, policies=policies))
         for i, ip in enumerate(ips):
             name = node_name(i)
             load_file = self.work_dir / f"{name}.load.json"
@@ -276,6 +235,7 @@ class SimCluster:
                     kubeconfig=kubeconfig_path,
                     sample_interval=s.lockd_sample_interval,
                     log_level=s.lockd_log_level,
+                    extra_args=extra,
                 )
             )
         await asyncio.gather(*(p.start() for p in self.lockds.values()))
@@ -287,6 +247,25 @@ class SimCluster:
                 for p in self.lockds.values()
             )
         )
+
+    async def _start_controller(self, *, kubeconfig: Path, policies: Path) -> list[str]:
+        """The real controller, registered as the cluster's mutating webhook; lockd's flags to reach it."""
+        assert self.host_port is not None and self._client is not None
+        controller = ControllerProcess(
+            ControllerSpec(
+                work_dir=self.work_dir,
+                kubeconfig=kubeconfig,
+                policies=policies,
+                lockd_port=self.host_port,
+                image=STAGGER_IMAGE,
+                log_level=self.settings.lockd_log_level,
+            )
+        )
+        self.controller = controller
+        await controller.start()
+        await self._client.create(MUTATING_WEBHOOKS, controller.webhook_configuration())
+        logger.info("controller on %s, registered as the mutating webhook for enabled pods", controller.url)
+        return controller.lockd_args()
 
     async def _stop(self) -> None:
         # Kubelets first: they stop their init clients while lockd still answers.
@@ -302,6 +281,15 @@ class SimCluster:
             *(p.stop(grace=self.settings.lockd_stop_timeout_seconds) for p in self.lockds.values()),
             return_exceptions=True,
         )
+        if self.controller is not None:
+            await self.controller.stop()
+        if self._client is not None:
+            results = await asyncio.gather(
+                *(agent.unregister() for agent in self.node_agents.values()), return_exceptions=True
+            )
+            for name, result in zip(self.node_agents, results, strict=True):
+                if isinstance(result, BaseException):
+                    logger.warning("%s: not unregistered: %r", name, result)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -309,6 +297,7 @@ class SimCluster:
             shutil.rmtree(self._work_dir, ignore_errors=True)
 
     async def ensure_namespace(self, name: str) -> None:
+        """Create the namespace if it is missing; returns once it takes pods."""
         try:
             await self.client.create(
                 NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -316,6 +305,7 @@ class SimCluster:
         except ApiError as exc:
             if exc.status != 409:
                 raise
+        await wait_namespace_ready(self.api, self.client, name)
 
     async def apply(self, manifest: Mapping[str, Any]) -> Obj:
         """Create an object (its namespace first, if needed)."""

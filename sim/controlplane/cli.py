@@ -23,12 +23,23 @@ from sim.controlplane.launcher import (
     missing_binaries,
 )
 
+EPILOG = """\
+examples:
+  python -m sim controlplane --kubeconfig /tmp/real.kubeconfig --port 6443   (after `make control-plane`)
+  .tools/bin/kubectl --kubeconfig /tmp/real.kubeconfig version
+  python -m sim cluster --api-kubeconfig /tmp/real.kubeconfig --stagger   (simulated nodes on it)
+"""
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m sim controlplane",
         description="Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1 "
-        "(binaries from `make control-plane`) until SIGTERM or SIGINT.",
+        "(binaries from `make control-plane`) until SIGTERM or SIGINT. One line on stdout once ready: "
+        "control plane ready: URL (kubernetes VERSION), kubeconfig FILE. It has no nodes: "
+        "`python -m sim cluster --api-kubeconfig FILE` adds simulated ones.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--kubeconfig", required=True, type=Path, help="where to write the admin kubeconfig")
     parser.add_argument(

@@ -437,6 +437,10 @@ class Registry:
         self, rtype: ResourceType, updated: Obj, *, grace: int, deadline: float, dry_run: bool
     ) -> tuple[int, Obj | Status]:
         if grace == 0 and not updated["metadata"].get("finalizers"):
+            if not dry_run:
+                # The store writes the deletionTimestamp first (watchers see MODIFIED), then deletes at once
+                # (generic/registry/store.go Delete: updateForGracefulDeletionAndFinalizers, deleteImmediately).
+                updated = self.store.put(rtype.storage_key, updated)
             return self._remove(rtype, updated, dry_run=dry_run)
         if dry_run:
             return 200, self.to_view(rtype, updated)

@@ -57,14 +57,19 @@ def test_herd_rejects_a_bad_scenario(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "workloads[0].kind" in capsys.readouterr().err
 
 
-def test_cluster_command_runs_the_scenario_then_stops(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        cluster.main(["--scenario", str(tiny), "--stagger", "--duration", "2", "--log-level", "warning"]) == 0
-    )
+def test_cluster_command_runs_the_scenario_then_stops(
+    tiny: Path, capsys: pytest.CaptureFixture[str], control_plane_kind: str
+) -> None:
+    real = control_plane_kind == "real"
+    before = set(psutil.Process().children(recursive=True))  # e.g. the session's control plane
+    # On a real control plane the controller-manager and scheduler hand the pods out in their own time.
+    duration = "10" if real else "2"
+    argv = ["--scenario", str(tiny), "--stagger", "--duration", duration, "--log-level", "warning"]
+    assert cluster.main([*argv, "--control-plane", control_plane_kind]) == 0
     out = capsys.readouterr().out
-    assert "API server: http://" in out
+    assert ("API server: https://127.0.0.1:" if real else "API server: http://") in out
     assert "sim-node-0  127.0.1.1  lockd http://127.0.1.1:" in out
     assert "applied the workloads of scenario 'tiny'" in out
     assert "peak containers starting at once per node: {'sim-node-0': 1}" in out
-    assert psutil.Process().children(recursive=True) == []
+    assert set(psutil.Process().children(recursive=True)) - before == set()  # its own are gone
     assert cluster.main(["--nodes", "0"]) == 2

@@ -29,7 +29,7 @@ def test_no_or_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture
         with pytest.raises(SystemExit) as exit_info:
             cli.main(argv)
         assert exit_info.value.code == 2
-    assert "apiserver, cluster, herd" in capsys.readouterr().err
+    assert "apiserver, controlplane, cluster, herd" in capsys.readouterr().err
 
 
 def test_cli_settings_override_the_scenario(tmp_path: Path) -> None:

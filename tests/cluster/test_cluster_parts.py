@@ -14,9 +14,9 @@ from sim.cluster.clock import SimClock
 from sim.cluster.herd import RunResult, as_json, format_table, plot
 from sim.cluster.initproc import LaunchGate
 from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
+from sim.cluster.nodeagent import node_manifests
 from sim.cluster.placement import node_info
 from sim.cluster.scenario import NodePool
-from sim.cluster.simcluster import node_manifests
 
 
 def test_node_manifests_look_like_a_registered_node() -> None:

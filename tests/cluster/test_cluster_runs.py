@@ -1,4 +1,6 @@
-"""The simulated cluster on a real API emulator: scale-up to Ready, eviction replaced, Job ignoring a disruption."""
+"""The simulated cluster on an API server (the emulator with sim's scheduler and controllers, or the real
+control plane with its own: `--control-plane`): scale-up to Ready, eviction replaced, Job ignoring a
+disruption, DaemonSet and garbage collection."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from stagger.informer import InformerSettings
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, ApiError
 from stagger.objects import condition_true
 from stagger.podstate import is_pod_ready
+from tests.backends import Backend
 from tests.cluster.helpers import eventually, list_items
 
 pytestmark = pytest.mark.e2e
@@ -33,21 +36,24 @@ def settings(*, nodes: int = 2, cores: float = 4, time_scale: float = 20) -> Clu
     )
 
 
-async def pods_of(cluster: SimCluster, app: str) -> list[dict[str, Any]]:
-    return await list_items(cluster.client, PODS, namespace="default", label_selector=f"app={app}")
+async def pods_of(cluster: SimCluster, app: str, namespace: str) -> list[dict[str, Any]]:
+    return await list_items(cluster.client, PODS, namespace=namespace, label_selector=f"app={app}")
 
 
-async def test_a_deployment_scales_up_and_every_pod_becomes_ready(api: Any) -> None:
-    async with SimCluster(api_url=api.url, settings=settings()) as cluster:
-        web = Workload(kind="Deployment", name="web", replicas=6, cpu_seconds=1, requests={"cpu": "100m"})
+async def test_a_deployment_scales_up_and_every_pod_becomes_ready(backend: Backend) -> None:
+    ns = backend.namespace
+    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+        web = Workload(
+            kind="Deployment", name="web", namespace=ns, replicas=6, cpu_seconds=1, requests={"cpu": "100m"}
+        )
         await cluster.apply(workload_manifest(web, stagger=StaggerConfig()))
 
         async def all_ready(count: int) -> bool:
-            pods = [p for p in await pods_of(cluster, "web") if not is_terminating(p)]
+            pods = [p for p in await pods_of(cluster, "web", ns) if not is_terminating(p)]
             return len(pods) == count and all(is_pod_ready(p) for p in pods)
 
         await eventually(lambda: all_ready(6), within=30, what="6 Ready pods")
-        pods = await pods_of(cluster, "web")
+        pods = await pods_of(cluster, "web", ns)
         assert sorted(node_name_of(p) for p in pods) == [node_name(0)] * 3 + [node_name(1)] * 3
         for pod in pods:
             status = pod["status"]
@@ -65,22 +71,20 @@ async def test_a_deployment_scales_up_and_every_pod_becomes_ready(api: Any) -> N
             assert app["ready"] and app["started"] and "running" in app["state"] and app["restartCount"] == 0
             [owner] = pod["metadata"]["ownerReferences"]
             assert owner["kind"] == "ReplicaSet"
-        [rs] = await list_items(cluster.client, REPLICASETS, namespace="default")
+        [rs] = await list_items(cluster.client, REPLICASETS, namespace=ns)
         assert rs["metadata"]["labels"]["pod-template-hash"] in rs["metadata"]["name"]
 
         async def deployment_reports(count: int) -> bool:
-            d = await cluster.client.get(DEPLOYMENTS, name="web", namespace="default")
+            d = await cluster.client.get(DEPLOYMENTS, name="web", namespace=ns)
             status = d.get("status") or {}
             return status.get("readyReplicas") == count and status.get("availableReplicas") == count
 
         await eventually(lambda: deployment_reports(6), within=15, what="the Deployment status")
 
-        await cluster.client.patch(
-            DEPLOYMENTS, name="web", namespace="default", patch={"spec": {"replicas": 2}}
-        )
+        await cluster.client.patch(DEPLOYMENTS, name="web", namespace=ns, patch={"spec": {"replicas": 2}})
 
         async def scaled_down() -> bool:
-            return len(await pods_of(cluster, "web")) == 2 and await all_ready(2)
+            return len(await pods_of(cluster, "web", ns)) == 2 and await all_ready(2)
 
         await eventually(scaled_down, within=30, what="scale-down to 2 pods (terminated and deleted)")
         await eventually(
@@ -88,14 +92,17 @@ async def test_a_deployment_scales_up_and_every_pod_becomes_ready(api: Any) -> N
         )
 
 
-async def test_an_evicted_pod_is_replaced_by_its_replicaset(api: Any) -> None:
-    async with SimCluster(api_url=api.url, settings=settings()) as cluster:
-        web = Workload(kind="Deployment", name="web", replicas=3, cpu_seconds=0.5)
+async def test_an_evicted_pod_is_replaced_by_its_replicaset(backend: Backend) -> None:
+    ns = backend.namespace
+    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+        web = Workload(kind="Deployment", name="web", namespace=ns, replicas=3, cpu_seconds=0.5)
         await cluster.apply(workload_manifest(web, stagger=StaggerConfig()))
 
         async def ready_names() -> set[str]:
             return {
-                name_of(p) for p in await pods_of(cluster, "web") if is_pod_ready(p) and not is_terminating(p)
+                name_of(p)
+                for p in await pods_of(cluster, "web", ns)
+                if is_pod_ready(p) and not is_terminating(p)
             }
 
         async def three_ready() -> bool:
@@ -104,11 +111,11 @@ async def test_an_evicted_pod_is_replaced_by_its_replicaset(api: Any) -> None:
         await eventually(three_ready, within=30, what="3 Ready pods")
         before = await ready_names()
         victim = sorted(before)[0]
-        await cluster.client.evict(namespace="default", name=victim)
+        await cluster.client.evict(namespace=ns, name=victim)
 
         async def replaced() -> bool:
             try:
-                await cluster.client.get(PODS, name=victim, namespace="default")
+                await cluster.client.get(PODS, name=victim, namespace=ns)
                 return False
             except ApiError as exc:
                 if exc.status != 404:
@@ -120,11 +127,13 @@ async def test_an_evicted_pod_is_replaced_by_its_replicaset(api: Any) -> None:
         assert len((await ready_names()) - before) == 1
 
 
-async def test_a_job_does_not_count_an_eviction_as_a_failure(api: Any) -> None:
-    async with SimCluster(api_url=api.url, settings=settings()) as cluster:
+async def test_a_job_does_not_count_an_eviction_as_a_failure(backend: Backend) -> None:
+    ns = backend.namespace
+    async with SimCluster(api=backend.api, settings=settings()) as cluster:
         batch = Workload(
             kind="Job",
             name="batch",
+            namespace=ns,
             replicas=2,
             completions=3,
             cpu_seconds=0.5,
@@ -136,33 +145,34 @@ async def test_a_job_does_not_count_an_eviction_as_a_failure(api: Any) -> None:
         await cluster.apply(workload_manifest(batch, stagger=StaggerConfig()))
 
         async def running_pod() -> bool:
-            return any(is_pod_ready(p) for p in await pods_of(cluster, "batch"))
+            return any(is_pod_ready(p) for p in await pods_of(cluster, "batch", ns))
 
         await eventually(running_pod, within=30, what="a running Job pod")
-        victim = next(name_of(p) for p in await pods_of(cluster, "batch") if is_pod_ready(p))
-        await cluster.client.evict(namespace="default", name=victim)
+        victim = next(name_of(p) for p in await pods_of(cluster, "batch", ns) if is_pod_ready(p))
+        await cluster.client.evict(namespace=ns, name=victim)
 
         async def finished() -> bool:
-            job = await cluster.client.get(JOBS, name="batch", namespace="default")
+            job = await cluster.client.get(JOBS, name="batch", namespace=ns)
             return condition_true(job, "Complete") or condition_true(job, "Failed")
 
         await eventually(finished, within=40, what="the Job to finish")
-        job = await cluster.client.get(JOBS, name="batch", namespace="default")
+        job = await cluster.client.get(JOBS, name="batch", namespace=ns)
         status = job["status"]
         assert condition_true(job, "Complete"), status
         assert (status.get("succeeded"), status.get("failed", 0)) == (3, 0)
-        names = {name_of(p) for p in await pods_of(cluster, "batch")}
+        names = {name_of(p) for p in await pods_of(cluster, "batch", ns)}
         assert victim not in names and len(names) == 3  # the evicted pod was deleted, not kept as a failure
 
 
 async def test_a_daemonset_runs_one_ready_pod_per_node_and_deleting_owners_collects_dependents(
-    api: Any,
+    backend: Backend,
 ) -> None:
-    async with SimCluster(api_url=api.url, settings=settings()) as cluster:
+    ns = backend.namespace
+    async with SimCluster(api=backend.api, settings=settings()) as cluster:
         agent = {
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
-            "metadata": {"name": "agent", "namespace": "default"},
+            "metadata": {"name": "agent", "namespace": ns},
             "spec": {
                 "selector": {"matchLabels": {"app": "agent"}},
                 "template": {
@@ -177,13 +187,13 @@ async def test_a_daemonset_runs_one_ready_pod_per_node_and_deleting_owners_colle
         await cluster.apply(agent)
 
         async def one_ready_per_node() -> bool:
-            pods = [p for p in await pods_of(cluster, "agent") if is_pod_ready(p)]
+            pods = [p for p in await pods_of(cluster, "agent", ns) if is_pod_ready(p)]
             return sorted(node_name_of(p) for p in pods) == [node_name(0), node_name(1)]
 
         await eventually(one_ready_per_node, within=30, what="an agent pod Ready on each node")
 
         async def ds_reports() -> bool:
-            ds = await cluster.client.get(DAEMONSETS, name="agent", namespace="default")
+            ds = await cluster.client.get(DAEMONSETS, name="agent", namespace=ns)
             status = ds.get("status") or {}
             return status.get("desiredNumberScheduled") == 2 and status.get("numberReady") == 2
 
@@ -191,19 +201,20 @@ async def test_a_daemonset_runs_one_ready_pod_per_node_and_deleting_owners_colle
 
         await cluster.apply(
             workload_manifest(
-                Workload(kind="Deployment", name="web", replicas=2, cpu_seconds=0.5), stagger=StaggerConfig()
+                Workload(kind="Deployment", name="web", namespace=ns, replicas=2, cpu_seconds=0.5),
+                stagger=StaggerConfig(),
             )
         )
-        await eventually(lambda: _count(cluster, "web", 2), within=30, what="2 web pods")
-        await cluster.client.delete(DEPLOYMENTS, name="web", namespace="default")
-        await cluster.client.delete(DAEMONSETS, name="agent", namespace="default")
+        await eventually(lambda: _count(cluster, "web", ns, 2), within=30, what="2 web pods")
+        await cluster.client.delete(DEPLOYMENTS, name="web", namespace=ns)
+        await cluster.client.delete(DAEMONSETS, name="agent", namespace=ns)
 
         async def all_collected() -> bool:
-            rss = await list_items(cluster.client, REPLICASETS, namespace="default")
-            return not rss and await _count(cluster, "web", 0) and await _count(cluster, "agent", 0)
+            rss = await list_items(cluster.client, REPLICASETS, namespace=ns)
+            return not rss and await _count(cluster, "web", ns, 0) and await _count(cluster, "agent", ns, 0)
 
         await eventually(all_collected, within=30, what="ReplicaSet and pods garbage-collected")
 
 
-async def _count(cluster: SimCluster, app: str, count: int) -> bool:
-    return len(await pods_of(cluster, app)) == count
+async def _count(cluster: SimCluster, app: str, namespace: str, count: int) -> bool:
+    return len(await pods_of(cluster, app, namespace)) == count

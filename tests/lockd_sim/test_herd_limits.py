@@ -1,4 +1,4 @@
-"""Cluster-mode lockd on the simulated cluster, judged from the API emulator's pod states (not from lockd):
+"""Cluster-mode lockd on the simulated cluster, judged from the API server's pod states (not from lockd):
 a 30-replica Deployment on 3 nodes with `maxConcurrent: 2` never has more than 2 pods between grant and
 Ready on a node, every pod is patched once, all become Ready; and killing lockd (SIGKILL) mid-herd and
 starting it again keeps the limit, because it rebuilds its slots from the pods before granting."""
@@ -7,33 +7,29 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
-
-import aiohttp
-import pytest
 
 from lockd.pods import stage
 from sim.cluster.scenario import NodePool, Scenario, load_scenario
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.podstate import is_pod_ready
+from tests.backends import Backend
 from tests.waiting import eventually
 
 NAMES = Names()
 
 
-def herd(*, nodes: int, replicas: int) -> Scenario:
+def herd(*, nodes: int, replicas: int, namespace: str) -> Scenario:
     base = load_scenario()
     [app] = base.workloads
     return replace(
         base,
         nodes=NodePool(count=nodes, cores=4, memory="16Gi"),
-        workloads=(replace(app, replicas=replicas),),
+        workloads=(replace(app, replicas=replicas, namespace=namespace),),
         stagger=replace(base.stagger, enabled=True, host_port=0, lockd_mode="cluster"),
         time_scale=4,
     )
@@ -75,20 +71,12 @@ class StartingWatch:
         return sum(1 for pod in self.informer.objects() if is_pod_ready(pod))
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[ApiServer]:
-    async with ApiServer(ApiServerSettings(port=0)) as server:
-        yield server
-
-
 async def run_herd(
-    api: ApiServer, scenario: Scenario, *, kill_after_ready: int | None = None
+    backend: Backend, scenario: Scenario, *, kill_after_ready: int | None = None
 ) -> StartingWatch:
-    async with (
-        SimCluster(api_url=api.url, settings=ClusterSettings.from_scenario(scenario)) as cluster,
-        aiohttp.ClientSession() as session,
-    ):
-        watch = StartingWatch(RestClient.for_url(session=session, base_url=api.url))
+    async with SimCluster(api=backend.api, settings=ClusterSettings.from_scenario(scenario)) as cluster:
+        session = backend.session
+        watch = StartingWatch(backend.client)
         task = asyncio.create_task(watch.informer.run())
         try:
             await watch.informer.synced.wait()
@@ -115,20 +103,21 @@ async def run_herd(
         return watch
 
 
-async def test_never_more_than_two_starting_per_node_and_one_patch_per_pod(api: ApiServer) -> None:
-    scenario = herd(nodes=3, replicas=30)
-    watch = await run_herd(api, scenario)
+async def test_never_more_than_two_starting_per_node_and_one_patch_per_pod(backend: Backend) -> None:
+    scenario = herd(nodes=3, replicas=30, namespace=backend.namespace)
+    patches_before = await backend.requests(verb="patch", resource="pods")
+    watch = await run_herd(backend, scenario)
     assert set(watch.peak) == {"sim-node-0", "sim-node-1", "sim-node-2"}
     assert max(watch.peak.values()) <= 2, dict(watch.peak)
     assert min(watch.peak.values()) == 2, dict(watch.peak)  # the limit was reached, not trivially met
     assert len(watch.granted_values) == 30
     assert all(len(values) == 1 for values in watch.granted_values.values())
     # lockd's one grant patch per pod is the only write to pods themselves (the kubelet writes pods/status).
-    assert api.request_counts[("patch", "pods")] == 30
+    assert await backend.requests(verb="patch", resource="pods") - patches_before == 30
 
 
-async def test_lockd_killed_and_restarted_mid_herd_keeps_the_limit(api: ApiServer) -> None:
-    scenario = herd(nodes=2, replicas=20)
-    watch = await run_herd(api, scenario, kill_after_ready=4)
+async def test_lockd_killed_and_restarted_mid_herd_keeps_the_limit(backend: Backend) -> None:
+    scenario = herd(nodes=2, replicas=20, namespace=backend.namespace)
+    watch = await run_herd(backend, scenario, kill_after_ready=4)
     assert max(watch.peak.values()) <= 2, dict(watch.peak)
     assert len(watch.granted_values) == 20

@@ -1,26 +1,23 @@
-"""Cluster-mode lockd's node gates on the simulated cluster, judged from the emulator's pod states:
+"""Cluster-mode lockd's node gates on the simulated cluster, judged from the API server's pod states:
 `waitForDaemonSets` holds every grant until a slow DaemonSet's pod is Ready, and `countAllStarting` counts
 pods that do not use stagger, so no grant is made while they fill the node's limit."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
-
-import aiohttp
-import pytest
 
 from lockd.pods import owner_kind, stage, uses_stagger
 from sim.cluster import podparams
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.podstate import is_pod_ready
+from tests.backends import Backend
 from tests.waiting import eventually
 
 NAMES = Names()
@@ -62,23 +59,14 @@ def granted(pod: dict[str, Any]) -> bool:
     return bool((pod["metadata"].get("annotations") or {}).get(NAMES.granted_at_annotation))
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[ApiServer]:
-    async with ApiServer(ApiServerSettings(port=0)) as server:
-        yield server
-
-
 async def with_cluster(
-    api: ApiServer,
+    backend: Backend,
     scenario: Scenario,
     log_check: Callable[..., None],
     body: Callable[[SimCluster, PodLog], Awaitable[None]],
 ) -> None:
-    async with (
-        SimCluster(api_url=api.url, settings=ClusterSettings.from_scenario(scenario)) as cluster,
-        aiohttp.ClientSession() as session,
-    ):
-        log = PodLog(RestClient.for_url(session=session, base_url=api.url), log_check)
+    async with SimCluster(api=backend.api, settings=ClusterSettings.from_scenario(scenario)) as cluster:
+        log = PodLog(backend.client, log_check)
         task = asyncio.create_task(log.informer.run())
         try:
             await log.informer.synced.wait()
@@ -88,11 +76,11 @@ async def with_cluster(
             await asyncio.gather(task, return_exceptions=True)
 
 
-def slow_daemonset() -> dict[str, Any]:
+def slow_daemonset(namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": "slow-agent", "namespace": "kube-system"},
+        "metadata": {"name": "slow-agent", "namespace": namespace},
         "spec": {
             "selector": {"matchLabels": {"app": "slow-agent"}},
             "template": {
@@ -107,7 +95,7 @@ def slow_daemonset() -> dict[str, Any]:
     }
 
 
-async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready(api: ApiServer) -> None:
+async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready(backend: Backend) -> None:
     scenario = one_node(
         "nodePolicies:\n- name: gate\n  waitForDaemonSets: true\n  throttleConfig: {maxConcurrent: {value: 4}}\n"
     )
@@ -126,7 +114,7 @@ async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready
                 waited_behind_agent.append(pod["metadata"]["name"])
 
     async def body(cluster: SimCluster, log: PodLog) -> None:
-        await cluster.apply(slow_daemonset())
+        await cluster.apply(slow_daemonset(backend.namespace))
 
         async def agent_bound() -> bool:
             return bool(
@@ -136,7 +124,7 @@ async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready
             )
 
         await eventually(agent_bound, within=30, what="the DaemonSet pod on the node")
-        app = Workload(kind="Deployment", name="app", replicas=3, cpu_seconds=1)
+        app = Workload(kind="Deployment", name="app", namespace=backend.namespace, replicas=3, cpu_seconds=1)
         await cluster.apply(
             workload_manifest(app, stagger=replace(scenario.stagger, host_port=cluster.host_port))
         )
@@ -146,12 +134,12 @@ async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready
 
         await eventually(all_ready, within=120, what="the 3 app pods Ready")
 
-    await with_cluster(api, scenario, check, body)
+    await with_cluster(backend, scenario, check, body)
     assert violations == []
     assert waited_behind_agent, "the app pods never had to wait: the gate was not exercised"
 
 
-async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) -> None:
+async def test_count_all_starting_counts_pods_without_stagger(backend: Backend) -> None:
     scenario = one_node(
         "nodePolicies:\n- name: all\n  countAllStarting: true\n  throttleConfig: {maxConcurrent: {value: 2}}\n"
     )
@@ -173,7 +161,14 @@ async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) ->
                     over_limit_grants.append((pod["metadata"]["name"], len(plain) + len(holders)))
 
     async def body(cluster: SimCluster, log: PodLog) -> None:
-        plain = Workload(kind="Deployment", name="plain", replicas=2, cpu_seconds=6, stagger=False)
+        plain = Workload(
+            kind="Deployment",
+            name="plain",
+            namespace=backend.namespace,
+            replicas=2,
+            cpu_seconds=6,
+            stagger=False,
+        )
         await cluster.apply(workload_manifest(plain, stagger=scenario.stagger))
 
         async def plain_running() -> bool:
@@ -182,7 +177,7 @@ async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) ->
             )
 
         await eventually(plain_running, within=30, what="the plain pods on the node")
-        app = Workload(kind="Deployment", name="app", replicas=3, cpu_seconds=1)
+        app = Workload(kind="Deployment", name="app", namespace=backend.namespace, replicas=3, cpu_seconds=1)
         await cluster.apply(
             workload_manifest(app, stagger=replace(scenario.stagger, host_port=cluster.host_port))
         )
@@ -192,6 +187,6 @@ async def test_count_all_starting_counts_pods_without_stagger(api: ApiServer) ->
 
         await eventually(all_ready, within=120, what="all 5 pods Ready")
 
-    await with_cluster(api, scenario, check, body)
+    await with_cluster(backend, scenario, check, body)
     assert len(seen_granted) == 3
     assert over_limit_grants == []

@@ -1,0 +1,123 @@
+"""The API server a command runs its simulated cluster on: the emulator started here, a real control plane
+started here (`--control-plane real`, binaries from `make control-plane`), or one already running (an
+emulator's URL, or a real cluster's kubeconfig). Shared by `sim cluster` and `sim herd`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+
+from sim.cluster.backend import ApiBackend, read_metrics, requests_served
+from sim.controlplane.launcher import ControlPlane, MissingBinaries, missing_binaries
+from sim.emulator.server import ApiServer, ApiServerSettings
+
+ControlPlaneKind = Literal["emulator", "real"]
+CONTROL_PLANES: tuple[ControlPlaneKind, ...] = ("emulator", "real")
+
+
+class ApiUnavailable(Exception):
+    """The API server asked for cannot be had (the real control plane's binaries are not built)."""
+
+
+def add_control_plane_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="the API server started here: sim's emulator (default; sim's scheduler and workload "
+        "controllers run beside it) or a real etcd, kube-apiserver, kube-controller-manager and "
+        "kube-scheduler from `make control-plane` (they schedule and run the workloads; sim brings the nodes)",
+    )
+
+
+def check_control_plane(kind: str) -> None:
+    """Raises ApiUnavailable when `kind` is `real` and the binaries are not built."""
+    if kind == "real":
+        missing = missing_binaries()
+        if missing:
+            raise ApiUnavailable(str(MissingBinaries(Path(".tools/controlplane"), missing)))
+
+
+@dataclass(frozen=True)
+class OpenApi:
+    """A running API server: how to reach it, and its request counter (requests it has answered so far,
+    from every client: the emulator's count, or a real API server's `apiserver_request_total`)."""
+
+    backend: ApiBackend
+    request_count: Callable[[], Awaitable[int]]
+    description: str
+
+
+@contextlib.asynccontextmanager
+async def open_api(
+    kind: ControlPlaneKind,
+    *,
+    port: int = 0,
+    kubeconfig: Path | None = None,
+    api_url: str | None = None,
+    api_kubeconfig: Path | None = None,
+    quiet: bool = False,
+) -> AsyncIterator[OpenApi]:
+    """Start (or attach to) an API server for the duration of the block. `kubeconfig`: where to write a
+    kubeconfig for one started here. `api_url` (an unauthenticated server such as the emulator) or
+    `api_kubeconfig` (a real cluster, e.g. `python -m sim controlplane`): attach instead of starting."""
+
+    def say(line: str) -> None:
+        if not quiet:
+            print(line, flush=True)
+
+    if api_kubeconfig is not None:
+        backend = ApiBackend.real(api_kubeconfig)
+        async with aiohttp.ClientSession() as session:
+            yield OpenApi(backend, _metrics_counter(backend, session), f"the cluster of {api_kubeconfig}")
+        return
+    if api_url is not None:
+        backend = ApiBackend(api_url)
+        yield OpenApi(backend, _no_counter, api_url)
+        return
+    if kind == "real":
+        check_control_plane(kind)
+        plane = ControlPlane(kubeconfig=kubeconfig, port=port or None)
+        try:
+            await plane.start_async()
+            if kubeconfig is not None:
+                say(f"kubeconfig: {kubeconfig}")
+            print(
+                f"real control plane (kubernetes {plane.version}) ready in {plane.startup_seconds:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+            backend = ApiBackend.real(plane.kubeconfig)
+            async with aiohttp.ClientSession() as session:
+                yield OpenApi(backend, _metrics_counter(backend, session), f"{plane.server} (real)")
+        finally:
+            await asyncio.to_thread(plane.stop)
+        return
+    async with ApiServer(ApiServerSettings(port=port)) as api:
+        if kubeconfig is not None:
+            api.write_kubeconfig(kubeconfig)
+            say(f"kubeconfig: {kubeconfig}")
+
+        async def count() -> int:
+            return api.request_count
+
+        yield OpenApi(ApiBackend(api.url), count, api.url)
+
+
+async def _no_counter() -> int:
+    return 0
+
+
+def _metrics_counter(backend: ApiBackend, session: aiohttp.ClientSession) -> Callable[[], Awaitable[int]]:
+    async def count() -> int:
+        return requests_served(await read_metrics(backend, session))
+
+    return count
