@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "controlplane": "a real control plane (etcd, kube-apiserver, -controller-manager, -scheduler) on loopback",
     "cluster": "a simulated cluster (nodes, kubelets, lockd per node) on the emulator or the real control plane",
     "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
+    "groups": "the staggering-group demo: one group of 40 pods paced 4/4/16, in lock and gate mode, with a plot",
 }
 
 EPILOG = """\
@@ -27,6 +28,7 @@ examples:
   python -m sim cluster --nodes 3 --cores 4 --stagger
   python -m sim cluster --control-plane real --stagger --kubeconfig /tmp/real.kubeconfig
   python -m sim herd --out out
+  python -m sim groups --out out
   python -m sim herd --help          (each command has its own --help)
 """
 
@@ -65,6 +67,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
         from sim.controlplane import cli as controlplane
 
         return lambda argv: controlplane.main(list(argv))
+    if name == "groups":
+        from sim.cli import groups
+
+        return groups.main
     from sim.cli import herd
 
     return herd.main

@@ -13,7 +13,6 @@ than startTimeout).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ from stagger.names import Names
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready
 from stagger.policy import Pacer
+from stagger.selectors import LabelSelector
 
 __all__ = ["GroupPoint", "GroupWatch"]
 
@@ -39,12 +39,13 @@ class GroupPoint:
 
 @dataclass
 class GroupWatch:
-    """Watches the enabled pods whose labels include `selector` (the group's pods) and judges them."""
+    """Watches the enabled pods `selector` matches (the policy's labelSelector: the group's pods, for a
+    policy without a grouping key or with one key) and judges them."""
 
     client: RestClient
     clock: SimClock
     pacer: Pacer
-    selector: Mapping[str, str]
+    selector: LabelSelector
     names: Names = field(default_factory=Names)
     informer: InformerSettings = field(default_factory=InformerSettings)
     timeline: list[GroupPoint] = field(default_factory=list)
@@ -59,9 +60,7 @@ class GroupWatch:
             client=self.client,
             resource=PODS,
             settings=self.informer,
-            label_selector=",".join(
-                f"{k}={v}" for k, v in {**self.selector, self.names.enable_label: "1"}.items()
-            ),
+            label_selector=",".join(filter(None, [f"{self.names.enable_label}=1", self.selector.to_query()])),
         )
         self._pods.add_handler(self._changed)
         self._task = asyncio.create_task(self._pods.run(), name="group-watch")
