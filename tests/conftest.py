@@ -105,10 +105,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, _kinds(metafunc.config), indirect=True)
 
 
+def _runs_on_real(item: pytest.Item) -> bool:
+    """Runs on the real control plane: an end-to-end test on the chosen API server, a test of the control
+    plane itself (tests/controlplane), or the real half of a conformance test (tests/conformance)."""
+    if not REAL_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        return True
+    if item.get_closest_marker("controlplane") is not None:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return (
+        item.get_closest_marker("conformance") is not None
+        and callspec is not None
+        and callspec.params.get("target") == "real"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--control-plane") == "real":
         # The rest test the emulator itself, or need no API server: they have nothing to run on a real one.
-        kept = [item for item in items if not REAL_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))]
+        kept = [item for item in items if _runs_on_real(item)]
         if len(kept) != len(items):
             config.hook.pytest_deselected(items=[item for item in items if item not in kept])
             items[:] = kept
