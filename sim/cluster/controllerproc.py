@@ -64,6 +64,8 @@ class ControllerProcess:
         self._ca.cert_pem.write_to_path(str(self.ca_file))
         self.token_file.write_text(secrets.token_hex(24))
         self.log_file = folder / "controller.log"
+        # The MutatingWebhookConfiguration's name: one per run, so runs on a shared API server never clash.
+        self.webhook_name = f"stagger-sim-{secrets.token_hex(4)}"
         self.url = ""
         self._proc: asyncio.subprocess.Process | None = None
         self._log: asyncio.Task[None] | None = None
@@ -125,7 +127,7 @@ class ControllerProcess:
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "stagger-sim"},
+            "metadata": {"name": self.webhook_name},
             "webhooks": [
                 {
                     "name": WEBHOOK_NAME,

@@ -283,6 +283,13 @@ class SimCluster:
         )
         if self.controller is not None:
             await self.controller.stop()
+            if self._client is not None:
+                # On a shared API server (a real control plane), the next cluster's pods must not be sent to
+                # a controller that is gone.
+                try:
+                    await self._client.delete(MUTATING_WEBHOOKS, name=self.controller.webhook_name)
+                except (ApiError, aiohttp.ClientError) as exc:
+                    logger.warning("the controller's MutatingWebhookConfiguration was not deleted: %s", exc)
         if self._client is not None:
             results = await asyncio.gather(
                 *(agent.unregister() for agent in self.node_agents.values()), return_exceptions=True
