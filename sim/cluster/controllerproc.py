@@ -3,8 +3,9 @@ admission and the group grant API over TLS with a CA made for the run, and the M
 that sends the cluster's enabled pods to it (as the Helm chart registers it: objectSelector on the enable
 label, failurePolicy Ignore, a 5 s timeout, reinvocation IfNeeded).
 
-lockd processes reach it with `lockd_args()` (URL, bearer token file, CA file). One replica with
-`--no-leader-elect`: the simulated cluster tests pacing, not failover (tests/groups_api does that).
+lockd processes reach it with `lockd_args()` (URL, bearer token file, CA file). One replica by default,
+with `--no-leader-elect`; several elect a leader on a Lease, behind two proxies that play the chart's
+Services (`ControllerProcess`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import trustme
 
+from stagger.kube import LEASES, ApiError, RestClient
 from stagger.names import Names
 from stagger.objects import Obj
 
@@ -48,43 +52,29 @@ class ControllerSpec:
     host: str = "127.0.0.1"
     log_level: str = "warning"
     python: str = sys.executable
+    replicas: int = 1
+    """With 2 or more, the replicas elect a leader on a Lease (the timings below, in wall seconds)."""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
 
 
-class ControllerProcess:
-    def __init__(self, spec: ControllerSpec) -> None:
-        self.spec = spec
-        folder = spec.work_dir / "controller"
-        folder.mkdir(parents=True, exist_ok=True)
-        self._ca = trustme.CA()
-        pair = self._ca.issue_cert(spec.host, "localhost")
-        self.cert_file, self.key_file = folder / "tls.crt", folder / "tls.key"
-        self.ca_file, self.token_file = folder / "ca.crt", folder / "token"
-        pair.cert_chain_pems[0].write_to_path(str(self.cert_file))
-        pair.private_key_pem.write_to_path(str(self.key_file))
-        self._ca.cert_pem.write_to_path(str(self.ca_file))
-        self.token_file.write_text(secrets.token_hex(24))
-        self.log_file = folder / "controller.log"
-        # The MutatingWebhookConfiguration's name: one per run, so runs on a shared API server never clash.
-        self.webhook_name = f"stagger-sim-{secrets.token_hex(4)}"
-        self.url = ""
+class _Replica:
+    def __init__(self, *, argv: list[str], log_file: Path, identity: str) -> None:
+        self.argv = argv
+        self.log_file = log_file
+        self.identity = identity
+        self.port = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._log: asyncio.Task[None] | None = None
 
-    def argv(self) -> list[str]:
-        s = self.spec
-        return [
-            s.python, "-m", "webhook",
-            "--listen", f"{s.host}:0", "--probe-listen", f"{s.host}:0",
-            "--tls-cert", str(self.cert_file), "--tls-key", str(self.key_file),
-            "--policies", str(s.policies), "--kubeconfig", str(s.kubeconfig),
-            "--token-file", str(self.token_file), "--image", s.image,
-            "--lockd-port", str(s.lockd_port), "--prefix", s.names.prefix,
-            "--no-leader-elect", "--log-level", s.log_level,
-        ]  # fmt: skip
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
 
-    async def start(self, *, within: float = 30.0) -> None:
+    async def start(self, *, within: float) -> None:
         self._proc = await asyncio.create_subprocess_exec(
-            *self.argv(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            *self.argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
         )
         assert self._proc.stderr is not None
         stderr = self._proc.stderr
@@ -105,15 +95,189 @@ class ControllerProcess:
             raise ControllerError(
                 f"the controller did not listen within {within:g}s:\n{''.join(lines[-20:])}"
             ) from None
-        self.url = f"https://{match[1]}:{match[2]}"
+        self.port = int(match[2])
         self.log_file.write_text("".join(lines))
-        self._log = asyncio.create_task(self._copy_log(stderr), name="controller-log")
+        self._log = asyncio.create_task(self._copy_log(stderr), name=f"{self.identity}-log")
 
     async def _copy_log(self, stream: asyncio.StreamReader) -> None:
         with self.log_file.open("a") as out:
             while line := await stream.readline():
                 out.write(line.decode(errors="replace"))
                 out.flush()
+
+    def kill(self) -> None:
+        if self.running:
+            assert self._proc is not None
+            self._proc.kill()
+
+    async def stop(self, *, grace: float) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=grace)
+            except TimeoutError:
+                logger.warning("%s did not stop within %gs: killed", self.identity, grace)
+                proc.kill()
+        if proc is not None:
+            await proc.wait()
+        if self._log is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._log
+
+
+class TcpProxy:
+    """What a Service and kube-proxy do for the simulated cluster: each connection goes to the port
+    `choose()` names at that moment (None: the connection is closed, as with no endpoints)."""
+
+    def __init__(self, *, host: str, choose: Callable[[], int | None]) -> None:
+        self._host = host
+        self._choose = choose
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target = self._choose()
+        try:
+            if target is None:
+                return
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(self._host, target)
+            except OSError:
+                return
+            try:
+                await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            finally:
+                upstream_writer.close()
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=2.0)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+
+class ControllerProcess:
+    """The controller replicas of a simulated cluster, with the files they share (as the chart's Secrets:
+    the serving pair, its CA, the bearer token). One replica runs with `--no-leader-elect` and is reached
+    directly; with more, they elect a leader on a Lease named for the run, and two proxies stand in for
+    the chart's Services: admission goes to any running replica, group grants to the Lease's holder
+    (the chart's leader Service selects the label the leader puts on its pod)."""
+
+    def __init__(self, spec: ControllerSpec) -> None:
+        self.spec = spec
+        folder = spec.work_dir / "controller"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._ca = trustme.CA()
+        pair = self._ca.issue_cert(spec.host, "localhost")
+        self.cert_file, self.key_file = folder / "tls.crt", folder / "tls.key"
+        self.ca_file, self.token_file = folder / "ca.crt", folder / "token"
+        pair.cert_chain_pems[0].write_to_path(str(self.cert_file))
+        pair.private_key_pem.write_to_path(str(self.key_file))
+        self._ca.cert_pem.write_to_path(str(self.ca_file))
+        self.token_file.write_text(secrets.token_hex(24))
+        run = secrets.token_hex(4)
+        # The MutatingWebhookConfiguration's and the Lease's names: one per run, so runs on a shared API
+        # server never clash.
+        self.webhook_name = f"stagger-sim-{run}"
+        self.lease_name = f"stagger-sim-{run}"
+        self.log_file = folder / "controller-0.log"
+        self.replicas = [
+            _Replica(
+                argv=self._argv(i), log_file=folder / f"controller-{i}.log", identity=f"sim-controller-{i}"
+            )
+            for i in range(max(1, spec.replicas))
+        ]
+        self.leader: str | None = None  # the Lease's holder as last read (replicas > 1)
+        self._admission: TcpProxy | None = None
+        self._grants: TcpProxy | None = None
+        self._follow: asyncio.Task[None] | None = None
+        self._next = 0
+
+    def _argv(self, index: int) -> list[str]:
+        s = self.spec
+        argv = [
+            s.python, "-m", "webhook",
+            "--listen", f"{s.host}:0", "--probe-listen", f"{s.host}:0",
+            "--tls-cert", str(self.cert_file), "--tls-key", str(self.key_file),
+            "--policies", str(s.policies), "--kubeconfig", str(s.kubeconfig),
+            "--token-file", str(self.token_file), "--image", s.image,
+            "--lockd-port", str(s.lockd_port), "--prefix", s.names.prefix,
+            "--log-level", s.log_level,
+        ]  # fmt: skip
+        if s.replicas <= 1:
+            return [*argv, "--no-leader-elect"]
+        return [
+            *argv,
+            "--identity", f"sim-controller-{index}",
+            "--lease-name", self.lease_name, "--lease-namespace", "default",
+            "--lease-duration", f"{s.lease_duration:g}s", "--renew-deadline", f"{s.renew_deadline:g}s",
+            "--retry-period", f"{s.retry_period:g}s",
+        ]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        """Where lockd asks for group grants: the leader (through its proxy with several replicas)."""
+        port = self._grants.port if self._grants is not None else self.replicas[0].port
+        return f"https://{self.spec.host}:{port}"
+
+    @property
+    def admission_url(self) -> str:
+        port = self._admission.port if self._admission is not None else self.replicas[0].port
+        return f"https://{self.spec.host}:{port}"
+
+    async def start(self, *, client: RestClient | None = None, within: float = 30.0) -> None:
+        await asyncio.gather(*(replica.start(within=within) for replica in self.replicas))
+        if len(self.replicas) > 1:
+            assert client is not None, "several replicas need a client to follow their Lease"
+            self._admission = TcpProxy(host=self.spec.host, choose=self._any_replica)
+            self._grants = TcpProxy(host=self.spec.host, choose=self._leader_port)
+            await self._admission.start()
+            await self._grants.start()
+            self._follow = asyncio.create_task(self._follow_lease(client), name="controller-lease")
+
+    def _any_replica(self) -> int | None:
+        running = [r for r in self.replicas if r.running]
+        if not running:
+            return None
+        self._next += 1
+        return running[self._next % len(running)].port
+
+    def _leader_port(self) -> int | None:
+        for replica in self.replicas:
+            if replica.identity == self.leader and replica.running:
+                return replica.port
+        return None
+
+    async def _follow_lease(self, client: RestClient) -> None:
+        while True:
+            try:
+                lease = await client.get(LEASES, name=self.lease_name, namespace="default")
+                self.leader = (lease.get("spec") or {}).get("holderIdentity") or None
+            except (ApiError, aiohttp.ClientError) as exc:
+                logger.debug("reading the controllers' Lease: %s", exc)
+            await asyncio.sleep(0.1)
+
+    def kill(self, identity: str) -> None:
+        """SIGKILL one replica (it neither releases its Lease nor removes anything)."""
+        for replica in self.replicas:
+            if replica.identity == identity:
+                replica.kill()
 
     def lockd_args(self) -> list[str]:
         """What each lockd needs to ask this controller for group grants."""
@@ -132,7 +296,7 @@ class ControllerProcess:
                 {
                     "name": WEBHOOK_NAME,
                     "clientConfig": {
-                        "url": f"{self.url}/mutate/pods",
+                        "url": f"{self.admission_url}/mutate/pods",
                         "caBundle": base64.b64encode(self._ca.cert_pem.bytes()).decode(),
                     },
                     "rules": [
@@ -156,22 +320,20 @@ class ControllerProcess:
         }
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "".join(self.log_file.read_text(errors="replace").splitlines(keepends=True)[-lines:])
-        except OSError:
-            return ""
+        tails = []
+        for replica in self.replicas:
+            try:
+                text = replica.log_file.read_text(errors="replace")
+            except OSError:
+                continue
+            tails.append(f"--- {replica.identity}\n" + "".join(text.splitlines(keepends=True)[-lines:]))
+        return "".join(tails)
 
     async def stop(self, *, grace: float = 10.0) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=grace)
-        except TimeoutError:
-            logger.warning("the controller did not stop within %gs: killed", grace)
-            proc.kill()
-            await proc.wait()
-        if self._log is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._log
+        if self._follow is not None:
+            self._follow.cancel()
+            await asyncio.gather(self._follow, return_exceptions=True)
+        await asyncio.gather(*(replica.stop(grace=grace) for replica in self.replicas))
+        for proxy in (self._admission, self._grants):
+            if proxy is not None:
+                await proxy.stop()

@@ -82,6 +82,8 @@ class StaggerConfig:
     """The real controller runs (`python -m webhook`): its admission injects the init client and puts pods
     in their staggering groups, and lockd asks it for group grants. Default: when the policy file has
     staggeringPolicies."""
+    controller_replicas: int = 1
+    """Controller replicas; with 2 or more they elect a leader on a Lease."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,11 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
 
 def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
     path = "stagger"
-    _allowed(data, path, {"enabled", "hostPort", "maxWait", "policies", "lockdMode", "controller"})
+    _allowed(
+        data,
+        path,
+        {"enabled", "hostPort", "maxWait", "policies", "lockdMode", "controller", "controllerReplicas"},
+    )
     enabled = data.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ScenarioError(f"{path}.enabled: expected true or false (got {enabled!r})")
@@ -272,6 +278,7 @@ def _parse_stagger(data: Mapping[str, Any]) -> StaggerConfig:
         policies=policies,
         lockd_mode=mode,
         controller=controller,
+        controller_replicas=_integer(data, "controllerReplicas", path, 1, minimum=1),
     )
 
 

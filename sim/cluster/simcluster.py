@@ -64,6 +64,8 @@ class ClusterSettings:
     lockd_stop_timeout_seconds: float = 5.0
     lockd_sample_interval: str = "200ms"
     lockd_log_level: str = "warning"
+    controller_lease: tuple[float, float, float] = (15.0, 10.0, 2.0)
+    """The controller replicas' Lease: duration, renew deadline, retry period (wall seconds)."""
     request_timeout_seconds: float = 30.0
     kubelet_max_tick_seconds: float = 0.5
     launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
@@ -259,10 +261,14 @@ class SimCluster:
                 lockd_port=self.host_port,
                 image=STAGGER_IMAGE,
                 log_level=self.settings.lockd_log_level,
+                replicas=self.settings.stagger.controller_replicas,
+                lease_duration=self.settings.controller_lease[0],
+                renew_deadline=self.settings.controller_lease[1],
+                retry_period=self.settings.controller_lease[2],
             )
         )
         self.controller = controller
-        await controller.start()
+        await controller.start(client=self._client)
         await self._client.create(MUTATING_WEBHOOKS, controller.webhook_configuration())
         logger.info("controller on %s, registered as the mutating webhook for enabled pods", controller.url)
         return controller.lockd_args()
