@@ -54,8 +54,11 @@ test-real: venv
 	@test -x .tools/controlplane/kube-apiserver || { echo "no control plane: run \`make control-plane\` first" >&2; exit 2; }
 	$(VENV)/bin/pytest --control-plane real $(PYTEST_ARGS)
 
+# `make demo DEMO_ARGS='--control-plane real'`: the herd demo on the real control plane (after `make control-plane`).
+DEMO_ARGS ?=
+
 demo: venv ## the herd demo (60 pods on 4 simulated nodes, without and with stagger) and the group demo (one group of 40 pods paced 4/4/16, lock and gate mode); writes out/herd-timeline.png and out/groups-timeline.png
-	$(PY) -m sim herd --out out
+	$(PY) -m sim herd --out out $(DEMO_ARGS)
 	$(PY) -m sim groups --out out
 
 bench: venv

@@ -45,6 +45,7 @@ SERVER_FIXTURES = frozenset(
         "api",  # the API emulator (tests/cluster, tests/kube, tests/lockd_cluster, tests/lockd_sim)
         "start_lockd",  # lockd's app over HTTP
         "control_plane",  # the real kube-apiserver and friends
+        "cluster_control_plane",  # another, for the simulated clusters of `backend`
         "backend",  # the emulator or the real control plane (tests/backends.py)
         "control_plane_kind",  # a test that starts its own emulator or real control plane
         "aiohttp_client",
@@ -184,13 +185,31 @@ def control_plane_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
+@pytest.fixture(scope="session")
+def cluster_control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """The real control plane the `backend` tests run their simulated clusters on: one for the session,
+    apart from `control_plane`. The tests there (tests/controlplane, tests/conformance) leave pods and
+    Jobs behind that the real scheduler would bind to the next simulated cluster's nodes, and a node of
+    their own that it would bind the simulated cluster's pods to; here every test cleans its namespace,
+    and a simulated cluster removes its nodes when it stops."""
+    _require_binaries(request.config)
+    plane = ControlPlane(data_dir=tmp_path_factory.mktemp("cluster-controlplane"))
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
 @pytest.fixture
 def backend_kind(request: pytest.FixtureRequest) -> str:
     """`emulator` or `real` (parametrized from --control-plane); with `real`, the session's control plane
-    is started here, outside any event loop."""
+    for simulated clusters is started here, outside any event loop."""
     kind = str(request.param)
     if kind == "real":
-        request.getfixturevalue("control_plane")
+        request.getfixturevalue("cluster_control_plane")
     return kind
 
 
@@ -198,7 +217,7 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 async def backend(request: pytest.FixtureRequest, backend_kind: str) -> AsyncIterator[Backend]:
     """The test's API server (see tests/backends.py) and a namespace of its own on it."""
     if backend_kind == "real":
-        plane: ControlPlane = request.getfixturevalue("control_plane")
+        plane: ControlPlane = request.getfixturevalue("cluster_control_plane")
         plane.check()
         async with open_backend(ApiBackend.real(plane.kubeconfig)) as backend:
             yield backend

@@ -10,7 +10,7 @@ import datetime
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -200,8 +200,25 @@ def test_budget_blocks_eviction_of_a_running_pod(api: client.ApiClient, namespac
 
     wait_for(replaced, within=60, what="the evicted Pending pod to be replaced")
 
-    # Now a node for the real scheduler to bind them to, and the kubelet's part played by hand.
+    # Now a node for the real scheduler to bind them to, and the kubelet's part played by hand. It goes
+    # at the end: the session's control plane is shared with the simulated clusters of other tests
+    # (`--control-plane real`), whose pods the scheduler would otherwise bind to it too.
     core.create_node(fake_node(node))
+    try:
+        _bound_pods_are_protected(api, namespace, node, three_pods, budget_status)
+    finally:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        core.delete_node(node)
+
+
+def _bound_pods_are_protected(
+    api: client.ApiClient,
+    namespace: str,
+    node: str,
+    three_pods: Callable[[], list[client.V1Pod] | None],
+    budget_status: Callable[[int], client.V1PodDisruptionBudgetStatus | None],
+) -> None:
+    core = client.CoreV1Api(api)
 
     def bound_pods() -> list[client.V1Pod] | None:
         pods = three_pods()

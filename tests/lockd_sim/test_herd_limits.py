@@ -39,10 +39,11 @@ class StartingWatch:
     """Follows every pod change through a watch and keeps, per node, the peak number of pods that hold a
     grant (`granted-at`) and have not been Ready yet."""
 
-    def __init__(self, client: RestClient) -> None:
+    def __init__(self, client: RestClient, namespace: str) -> None:
         self.informer = Informer(
             client=client,
             resource=PODS,
+            namespace=namespace,
             settings=InformerSettings(watch_timeout_seconds=60, retry_seconds=0.2),
         )
         self.informer.add_handler(self._on_pod)
@@ -76,10 +77,10 @@ async def run_herd(
 ) -> StartingWatch:
     async with SimCluster(api=backend.api, settings=ClusterSettings.from_scenario(scenario)) as cluster:
         session = backend.session
-        watch = StartingWatch(backend.client)
+        watch = StartingWatch(backend.client, backend.namespace)
         task = asyncio.create_task(watch.informer.run())
         try:
-            await watch.informer.synced.wait()
+            await asyncio.wait_for(watch.informer.synced.wait(), timeout=60)
             await cluster.apply_workloads(scenario)
             total = sum(w.replicas for w in scenario.workloads)
             if kill_after_ready is not None:

@@ -39,9 +39,17 @@ class PodLog:
     """Every pod change seen through a watch; `check` runs on each, in the order the API server made them."""
 
     def __init__(
-        self, client: RestClient, check: Callable[[dict[str, dict[str, Any]], set[str]], None]
+        self,
+        client: RestClient,
+        namespace: str,
+        check: Callable[[dict[str, dict[str, Any]], set[str]], None],
     ) -> None:
-        self.informer = Informer(client=client, resource=PODS, settings=InformerSettings(retry_seconds=0.2))
+        self.informer = Informer(
+            client=client,
+            resource=PODS,
+            namespace=namespace,
+            settings=InformerSettings(retry_seconds=0.2),
+        )
         self.informer.add_handler(self._on_pod)
         self.ever_ready: set[str] = set()
         self._check = check
@@ -66,10 +74,10 @@ async def with_cluster(
     body: Callable[[SimCluster, PodLog], Awaitable[None]],
 ) -> None:
     async with SimCluster(api=backend.api, settings=ClusterSettings.from_scenario(scenario)) as cluster:
-        log = PodLog(backend.client, log_check)
+        log = PodLog(backend.client, backend.namespace, log_check)
         task = asyncio.create_task(log.informer.run())
         try:
-            await log.informer.synced.wait()
+            await asyncio.wait_for(log.informer.synced.wait(), timeout=60)
             await body(cluster, log)
         finally:
             task.cancel()
