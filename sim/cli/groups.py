@@ -14,14 +14,12 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from sim.cluster.backend import ApiBackend
-from sim.cluster.groupwatch import GroupPoint, GroupWatch
-from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.grouprun import GroupRun, run_group
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
-from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.emulator.server import ApiServer
 from stagger.policy import PolicyError, parse_policy_text
 
@@ -37,18 +35,6 @@ examples:
 """
 
 
-@dataclass(frozen=True)
-class GroupRun:
-    mode: str
-    pods: int
-    all_ready_seconds: float | None
-    violations: int
-    timeline: list[GroupPoint]
-
-    def most_started(self, low: int, high: int) -> int:
-        return max((p.started for p in self.timeline if low <= p.ready <= high), default=0)
-
-
 def with_mode(scenario: Scenario, mode: str) -> Scenario:
     """Every staggering policy of the scenario in `mode` (the file says `mode: lock`)."""
     policies = scenario.stagger.policies
@@ -56,35 +42,15 @@ def with_mode(scenario: Scenario, mode: str) -> Scenario:
         raise ScenarioError(
             "stagger.policies: the staggering policies must say `mode: lock` to be run in each mode"
         )
-    return replace(
-        scenario, stagger=replace(scenario.stagger, policies=policies.replace("mode: lock", f"mode: {mode}"))
-    )
+    stagger = replace(scenario.stagger, policies=policies.replace("mode: lock", f"mode: {mode}"))
+    return replace(scenario, stagger=stagger)
 
 
 async def run_mode(scenario: Scenario, *, mode: str) -> GroupRun:
     scenario = with_mode(scenario, mode)
     scenario = replace(scenario, stagger=replace(scenario.stagger, enabled=True, host_port=0))
-    staggering = parse_policy_text(scenario.stagger.policies).staggering_policies
-    if not staggering:
-        raise ScenarioError("stagger.policies: no staggeringPolicies to demonstrate")
-    policy = staggering[0]
-    async with (
-        ApiServer() as server,
-        SimCluster(api=ApiBackend(server.url), settings=ClusterSettings.from_scenario(scenario)) as cluster,
-        GroupWatch(
-            client=cluster.client, clock=cluster.clock, pacer=policy.pacer, selector=policy.label_selector
-        ) as group,
-        ProgressWatch(client=cluster.client, clock=cluster.clock, target=Target.of(scenario)) as progress,
-    ):
-        await cluster.apply_workloads(scenario)
-        reached = await progress.wait_done(deadline_seconds=scenario.deadline_seconds)
-    return GroupRun(
-        mode=mode,
-        pods=sum(w.replicas for w in scenario.workloads),
-        all_ready_seconds=progress.done_at if reached else None,
-        violations=len(group.violations),
-        timeline=list(group.timeline),
-    )
+    async with ApiServer() as server:
+        return await run_group(scenario, api=ApiBackend(server.url))
 
 
 def format_table(runs: Sequence[GroupRun]) -> str:
@@ -105,7 +71,7 @@ def format_table(runs: Sequence[GroupRun]) -> str:
             str(r.most_started(0, 0)),
             str(r.most_started(1, 3)),
             str(r.most_started(4, 15)),
-            "never" if r.violations == 0 else f"{r.violations} times",
+            "never" if not r.violations else f"{len(r.violations)} times",
         )
         for r in runs
     ]
@@ -190,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(format_table(runs))
         print(f"timeline plot written to {png}")
-    ok = all(r.all_ready_seconds is not None and r.violations == 0 for r in runs)
+    ok = all(r.all_ready_seconds is not None and not r.violations for r in runs)
     return 0 if ok else 1
 
 

@@ -15,9 +15,10 @@ from typing import Any
 import aiohttp
 
 from sim.emulator.server import ApiServer
+from stagger.timestamps import format_rfc3339
 from tests.emulator.webhook_server import configuration, hook
 from tests.webhook.process import BANNER, Certs, Webhook, start_webhook, tls_args
-from tests.webhook.reviews import ENABLE
+from tests.webhook.reviews import ENABLE, NAMES
 
 TOKEN = "s3cret-token-for-the-tests"
 PODS = "/api/v1/namespaces/{namespace}/pods"
@@ -90,6 +91,22 @@ class Api:
         status, found = await self.call("GET", PODS.format(namespace=namespace) + f"/{name}")
         assert status == 200, found
         return dict(found)
+
+    async def record_grant(self, name: str, namespace: str = "default") -> None:
+        """What lockd does after a group grant: granted-at on the pod, the staggered label off."""
+        patch = {
+            "metadata": {
+                "annotations": {NAMES.granted_at_annotation: format_rfc3339(time.time())},
+                "labels": {NAMES.staggered_label: None},
+            }
+        }
+        status, body = await self.call(
+            "PATCH",
+            PODS.format(namespace=namespace) + f"/{name}",
+            patch,
+            content_type="application/merge-patch+json",
+        )
+        assert status == 200, body
 
     async def make_ready(self, name: str, namespace: str = "default") -> None:
         patch = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from sim.emulator.server import ApiServer
-from stagger.timestamps import format_rfc3339
-from tests.groups_api.controller import PODS, Api, Controller, running_controller
-from tests.webhook.reviews import NAMES, enabled, pod
+from tests.groups_api.controller import Api, Controller, running_controller
+from tests.webhook.reviews import enabled, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -26,23 +25,6 @@ staggeringPolicies:
   pacer: {maxConcurrent: {value: 2}}
 """
 TIMINGS = ("--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "0.5s")
-
-
-async def _record_grant(api: Api, name: str) -> None:
-    """What lockd does after a group grant: granted-at on the pod, the staggered label off."""
-    patch = {
-        "metadata": {
-            "annotations": {NAMES.granted_at_annotation: format_rfc3339(time.time())},
-            "labels": {NAMES.staggered_label: None},
-        }
-    }
-    status, body = await api.call(
-        "PATCH",
-        PODS.format(namespace="default") + f"/{name}",
-        patch,
-        content_type="application/merge-patch+json",
-    )
-    assert status == 200, body
 
 
 async def _grants(controller: Controller, names: list[str]) -> list[bool]:
@@ -76,7 +58,7 @@ async def test_the_follower_takes_over_without_exceeding_the_limit(
 
         assert await _grants(first, names[:3]) == [True, True, False]
         for name in names[:2]:
-            await _record_grant(api, name)
+            await api.record_grant(name)
 
         started = time.monotonic()
         first.process.proc.send_signal(stop)

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from sim.emulator.server import ApiServer
-from stagger.timestamps import format_rfc3339
-from tests.groups_api.controller import PODS, Api, Controller, running_controller
+from tests.groups_api.controller import Api, Controller, running_controller
 from tests.webhook.reviews import NAMES, enabled, pod
 
 pytestmark = pytest.mark.e2e
@@ -38,21 +37,10 @@ staggeringPolicies:
 
 
 async def _started(api: Api, controller: Controller, name: str) -> dict[str, Any]:
+    """Ask for a grant; when granted, record it on the pod as lockd would."""
     answer = await controller.grant(name)
     if answer["granted"]:
-        patch = {
-            "metadata": {
-                "annotations": {NAMES.granted_at_annotation: format_rfc3339(time.time())},
-                "labels": {NAMES.staggered_label: None},
-            }
-        }
-        status, body = await api.call(
-            "PATCH",
-            PODS.format(namespace="default") + f"/{name}",
-            patch,
-            content_type="application/merge-patch+json",
-        )
-        assert status == 200, body
+        await api.record_grant(name)
     return answer
 
 
