@@ -9,7 +9,6 @@ than what it just did.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from stagger.kube import (
 )
 from stagger.kube import WatchEventType as EventType
 from stagger.objects import Obj
+from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +132,7 @@ class ControllerManager:
                 await run_pass()
             except Exception:
                 logger.exception("%s controller pass failed", name)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=self.settings.resync_seconds)
+            await wait_event(wake, within=self.settings.resync_seconds)
             await asyncio.sleep(self.settings.coalesce_seconds)
 
     # ------------------------------------------------------------------------------------- passes

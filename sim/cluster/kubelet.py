@@ -15,7 +15,6 @@ pod's lockd slot (``DELETE /v1/lock``) when the pod becomes Ready, finishes or g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -59,6 +58,7 @@ from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.objects import Obj
 from stagger.podstate import is_pod_finished
+from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +172,7 @@ class Kubelet:
             while True:
                 self._wake.clear()
                 await self._sync()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self._next_wake_delay())
+                await wait_event(self._wake, within=self._next_wake_delay())
         finally:
             informer.cancel()
             await asyncio.gather(informer, return_exceptions=True)

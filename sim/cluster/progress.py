@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, RestClient, WatchEventType
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready
+from stagger.waiting import wait_event
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,7 @@ class ProgressWatch:
     async def wait_done(self, *, deadline_seconds: float) -> bool:
         """Wait for the target, at most ``deadline_seconds`` simulated seconds after the watch started."""
         remaining = self.started_at + deadline_seconds - self.clock.now()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.done.wait(), timeout=self.clock.wall_delay(remaining))
-        return self.done.is_set()
+        return await wait_event(self.done, within=self.clock.wall_delay(remaining))
 
     def _on_pod(self, _kind: WatchEventType, pod: Obj) -> None:
         uid = uid_of(pod)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from sim.cluster.placement import (
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient
 from stagger.timestamps import format_rfc3339
+from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,7 @@ class Scheduler:
             while True:
                 self._wake.clear()
                 await self.schedule_once()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.settings.retry_seconds)
+                await wait_event(self._wake, within=self.settings.retry_seconds)
         finally:
             for task in tasks:
                 task.cancel()
