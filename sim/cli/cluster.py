@@ -23,6 +23,7 @@ from sim.cli.apis import (
 )
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
 from sim.cluster.simcluster import ClusterSettings, SimCluster
+from stagger.kube import ApiError
 
 DESCRIPTION = """\
 Run a simulated cluster: nodes with their kubelets and, with --stagger, a real lockd per node (each node
@@ -174,8 +175,15 @@ async def _serve(settings: CliSettings) -> None:
                 f"  {name}  {cluster.node_ip(i)}" + (f"  lockd {lockd.spec.url}" if lockd else ""), flush=True
             )
         if settings.scenario is not None:
-            await cluster.apply_workloads(settings.scenario)
-            print(f"applied the workloads of scenario {settings.scenario.name!r}", flush=True)
+            try:
+                await cluster.apply_workloads(settings.scenario)
+                print(f"applied the workloads of scenario {settings.scenario.name!r}", flush=True)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                # Run again on a cluster that lives on (--api-kubeconfig, --api-url): its pods are
+                # recreated on the new nodes by their controllers.
+                print(f"the workloads of scenario {settings.scenario.name!r} exist already: kept", flush=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=settings.duration)
         print(f"stopping; peak containers starting at once per node: {cluster.peak_starting()}", flush=True)

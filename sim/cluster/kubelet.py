@@ -245,11 +245,15 @@ class Kubelet:
         spec = pod.get("spec") or {}
         inits = list(spec.get("initContainers") or [])
         mains = list(spec.get("containers") or [])
+        # A pod an earlier kubelet of this node ran (a cluster run again on a live API server) keeps its IP,
+        # as a restarted kubelet's pods keep their sandbox's: status.podIPs allows one IP per family.
+        known = str((pod.get("status") or {}).get("podIP") or "")
+        taken = {rt.pod_ip for rt in self.runtimes.values()}
         rt = PodRuntime(
             uid=uid_of(pod),
             key=cache_key(pod),
             pod=pod,
-            pod_ip=self._allocate_ip(),
+            pod_ip=known if known and known not in taken else self._allocate_ip(),
             start_time=now,
             init_views=[
                 waiting(str(c.get("name")), str(c.get("image", "")), reason="PodInitializing") for c in inits
@@ -263,7 +267,9 @@ class Kubelet:
         return rt
 
     def _allocate_ip(self) -> str:
-        used = {rt.pod_ip for rt in self.runtimes.values()}
+        used = {rt.pod_ip for rt in self.runtimes.values()} | {
+            str((pod.get("status") or {}).get("podIP") or "") for pod in self._informer.store.values()
+        }
         for _ in range(253):
             candidate = f"{self.settings.pod_ip_prefix}{self._next_ip}"
             self._next_ip = 2 if self._next_ip >= 254 else self._next_ip + 1
