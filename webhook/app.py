@@ -296,7 +296,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    payload = generate_latest(request.app[CONTROLLER][METRICS].registry)
+    registered = request.app[CONTROLLER][METRICS]
+    for refresh in registered.refreshers:
+        refresh()
+    payload = generate_latest(registered.registry)
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -105,6 +105,7 @@ def install(
     app.router.add_post("/v1/groups/grant", grant)
     app.router.add_post("/v1/groups/wait", wait)
     app[READINESS].append(_not_synced)
+    app[METRICS].refreshers.append(lambda: _publish(app))
     app[STATUS_SECTIONS].append(_status_section)
 
     if config is None:

@@ -3,6 +3,7 @@ process-wide globals)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -19,6 +20,8 @@ def _registry() -> CollectorRegistry:
 @dataclass
 class Metrics:
     registry: CollectorRegistry = field(default_factory=_registry)
+    refreshers: list[Callable[[], None]] = field(default_factory=list)
+    """Called before each scrape: gauges that are read off the state (the group counts) are current."""
 
     def __post_init__(self) -> None:
         r = self.registry

@@ -5,7 +5,8 @@ mutated by the controller's admission, seen by its watch, and paced by the seed'
 Covers: the oldest four of a group are granted and the fifth is not, with the pacer in the reason; a
 grant is idempotent; the node's long poll (`/v1/groups/wait`) answers as soon as the group gains room
 (two pods turn Ready) and names only pods that may go; every refusal of a bad caller (401 without or with
-a wrong token, 400 naming the bad field); and `/status` lists the group with its counts and limit."""
+a wrong token, 400 naming the bad field); and `/status` lists the group with its counts and limit, and
+`/metrics` has them too."""
 
 from __future__ import annotations
 
@@ -63,6 +64,17 @@ async def test_the_oldest_four_go_first_and_the_fifth_waits(setup: tuple[Api, Co
         "limit": 4,
         "pacer": row["pacer"],
     }
+    async with controller.session.get(controller.process.probe_url + "/metrics") as response:
+        metrics = await response.text()
+    for line in (
+        'stagger_controller_group_pods{state="starting"} 4.0',
+        'stagger_controller_group_pods{state="held"} 2.0',
+        "stagger_controller_groups 1.0",
+        'stagger_controller_grants_total{basis="paced"} 4.0',
+        'stagger_controller_grants_total{basis="reserved"} 1.0',
+        "stagger_controller_leader 1.0",
+    ):
+        assert line in metrics, line
 
 
 async def test_the_wait_answers_as_soon_as_the_group_gains_room(setup: tuple[Api, Controller]) -> None:
