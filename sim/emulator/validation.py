@@ -4,9 +4,11 @@ return `FieldError`s worded like the real ones. The schema check itself lives in
 from __future__ import annotations
 
 import copy
+import ipaddress
+import json
 from typing import Any
 
-from sim.emulator.errors import FieldError
+from sim.emulator.errors import FieldError, GoRendered
 from sim.emulator.eventvalidation import validate_event, validate_event_update
 from sim.emulator.jobvalidation import job_spec_errors, job_update_errors
 from sim.emulator.names import (
@@ -332,6 +334,7 @@ def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]
             )
     if rtype.kind == "Pod":
         errors.extend(pod_update_errors(new.get("spec") or {}, old.get("spec") or {}))
+        errors.extend(pod_ip_errors(new.get("status") or {}))
     elif rtype.kind == "Job":
         errors.extend(job_update_errors(new, old, _pod_spec_errors))
     elif rtype.kind in ("Deployment", "ReplicaSet", "DaemonSet") and prune_nulls(
@@ -343,6 +346,38 @@ def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]
                 "spec.selector",
                 "field is immutable",
                 (new.get("spec") or {}).get("selector"),
+            )
+        )
+    return errors
+
+
+def pod_ip_errors(status: Obj) -> list[FieldError]:
+    """validatePodIPs (pkg/apis/core/validation/validation.go, run by ValidatePodStatusUpdate): every
+    status.podIPs entry an IP, and more than one only as a dual-stack pair, one IPv4 and one IPv6. The bad
+    list prints as the internal core.PodIP structs (field `IP`, no JSON tag)."""
+    errors: list[FieldError] = []
+    ips = [str(entry.get("ip", "")) for entry in status.get("podIPs") or [] if isinstance(entry, dict)]
+    families: list[int] = []
+    for index, ip in enumerate(ips):
+        try:
+            families.append(ipaddress.ip_address(ip).version)
+        except ValueError:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"status.podIPs[{index}]",
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    ip,
+                )
+            )
+    if len(ips) > 1 and not errors and (len(ips) > 2 or len(set(families)) != 2):
+        rendered = "[" + ",".join("{" + f'"IP":{json.dumps(ip)}' + "}" for ip in ips) + "]"
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                "status.podIPs",
+                "may specify no more than one IP for each IP family",
+                GoRendered(rendered),
             )
         )
     return errors

@@ -166,3 +166,19 @@ async def test_no_token_volume_when_the_pod_opts_out_or_mounts_the_path_itself(k
     created = await kube.created(kube.pods, own)
     assert [v["name"] for v in created["spec"]["volumes"]] == ["mine"]
     assert created["spec"]["containers"][0]["volumeMounts"] == [{"name": "mine", "mountPath": TOKEN_PATH}]
+
+
+async def test_status_pod_ips_hold_one_ip_per_family(kube: Conn) -> None:
+    # validatePodIPs (ValidatePodStatusUpdate): two IPv4 addresses are refused, the bad list printed as the
+    # internal core.PodIP structs; one is fine.
+    await kube.created(kube.pods, pod("p"))
+    two = {"status": {"podIP": "10.244.0.4", "podIPs": [{"ip": "10.244.0.4"}, {"ip": "10.244.0.3"}]}}
+    reply = await kube.patch(f"{kube.pods}/p/status", two, MERGE)
+    assert reply.status == 422, reply.body
+    error = (
+        'status.podIPs: Invalid value: [{"IP":"10.244.0.4"},{"IP":"10.244.0.3"}]: '
+        "may specify no more than one IP for each IP family"
+    )
+    assert reply.body["message"] == invalid_message("Pod", "p", error)
+    one = {"status": {"podIP": "10.244.0.4", "podIPs": [{"ip": "10.244.0.4"}]}}
+    assert (await kube.patch(f"{kube.pods}/p/status", one, MERGE)).status == 200
