@@ -7,7 +7,7 @@ experiment), the controller serves admission only and says so in its log and `/s
 Who answers: only the leader grants and removes gates, and only once its watch has listed every enabled
 pod (its counts rebuilt from the API: `granted-at`, gates, labels, Ready). Every other replica answers
 the grant API with 503 naming the leader; admission is answered by all. On shutdown the leader stops
-granting first, waits (at most RESERVATION_DRAIN_SECONDS) until the grants it reserved show on their
+granting first, waits (at most `--grant-drain`, 5 s) until the grants it reserved show on their
 pods, and only then gives up the Lease: the next leader, which counts from the pods, never misses a
 grant it did not see.
 """
@@ -30,7 +30,7 @@ from stagger import kube
 from stagger.events import EventRecorder
 from stagger.informer import InformerSettings
 from webhook import grants, wire
-from webhook.app import ADMISSION, METRICS, READINESS, STATUS_SECTIONS, TOKEN
+from webhook.app import ADMISSION, METRICS, READINESS, SETTINGS, STATUS_SECTIONS, TOKEN
 from webhook.gates import GateReconciler
 from webhook.pacing import Pacing
 from webhook.podwatch import PodWatch
@@ -39,7 +39,6 @@ __all__ = ["GROUPS", "Groups", "Leadership", "SoleLeader", "install"]
 
 logger = logging.getLogger(__name__)
 
-RESERVATION_DRAIN_SECONDS = 5.0
 STEWARD_SECONDS = 0.5
 
 
@@ -154,7 +153,7 @@ async def _running(
         # Stop granting, let what was granted show on the pods, then give up the Lease (see the docstring).
         groups.stopping = True
         pacing.set_granting(False)
-        await _drain_reservations(pacing)
+        await _drain_reservations(pacing, within=app[SETTINGS].grant_drain)
         if election is not None:
             election.cancel()
             await asyncio.gather(election, return_exceptions=True)
@@ -164,8 +163,8 @@ async def _running(
         await events.drain(within=1.0)
 
 
-async def _drain_reservations(pacing: Pacing) -> None:
-    deadline = time.monotonic() + RESERVATION_DRAIN_SECONDS
+async def _drain_reservations(pacing: Pacing, *, within: float) -> None:
+    deadline = time.monotonic() + within
     while pacing.book.reservations() and time.monotonic() < deadline:
         await pacing.changed(since=pacing.version, within=0.1)
     left = pacing.book.reservations()

@@ -88,6 +88,7 @@ class Settings:
     prefix: str = DEFAULT_PREFIX
     reload_interval: float = 5.0
     shutdown_timeout: float = 5.0
+    grant_drain: float = 5.0
     # A connection must send a whole request within this, and an idle keep-alive connection is closed
     # after it.
     header_timeout: float = 10.0
@@ -147,6 +148,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--reload-interval", ("STAGGER_RELOAD_INTERVAL",), "reload_interval",
            "how often the policy, certificate and token files are checked for changes (default 5s)",
            seconds(), "DURATION"),
+    Option("--grant-drain", ("STAGGER_GRANT_DRAIN",), "grant_drain",
+           "on shutdown the leader stops granting, then waits up to this long for its grants to show on their "
+           "pods before it gives up the Lease (default 5s; the pod's termination grace period must cover it "
+           "and --shutdown-timeout)", seconds(), "DURATION"),
     Option("--shutdown-timeout", ("STAGGER_SHUTDOWN_TIMEOUT",), "shutdown_timeout",
            "time allowed to finish requests on SIGTERM (default 5s; the pod's termination grace period "
            "must be longer)", seconds(), "DURATION"),

@@ -69,10 +69,17 @@ def test_the_controller_runs_the_lockd_image_with_settings_it_accepts() -> None:
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
-        pytest.param((), {"port": 9443, "probe_port": 9090, "shutdown": 5.0, "grace": 10}, id="defaults"),
         pytest.param(
-            ("controller.port=8443", "controller.probePort=8081", "controller.shutdownTimeoutSeconds=20"),
-            {"port": 8443, "probe_port": 8081, "shutdown": 20.0, "grace": 25},
+            (), {"port": 9443, "probe_port": 9090, "shutdown": 5.0, "drain": 5.0, "grace": 15}, id="defaults"
+        ),
+        pytest.param(
+            (
+                "controller.port=8443",
+                "controller.probePort=8081",
+                "controller.shutdownTimeoutSeconds=20",
+                "controller.grantDrainSeconds=2",
+            ),
+            {"port": 8443, "probe_port": 8081, "shutdown": 20.0, "drain": 2.0, "grace": 27},
             id="other-ports-and-timeout",
         ),
     ],
@@ -90,8 +97,9 @@ def test_ports_probes_and_grace_period_follow_the_values(
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert container(controller)[probe]["httpGet"] == {"path": path, "port": "probes"}
     assert settings.shutdown_timeout == expected["shutdown"]
+    assert settings.grant_drain == expected["drain"]
     grace = pod_spec(controller)["terminationGracePeriodSeconds"]
-    assert grace == expected["grace"] and grace > settings.shutdown_timeout
+    assert grace == expected["grace"] and grace > settings.shutdown_timeout + settings.grant_drain
     # Both Services reach the TLS listener by its port name.
     for name in (CONTROLLER, LEADER):
         assert named(render(*sets), "Service", name)["spec"]["ports"] == [
