@@ -173,11 +173,10 @@ async def _drain_reservations(pacing: Pacing, *, within: float) -> None:
 
 
 async def _steward(app: web.Application) -> None:
-    """Keeps `granting` true exactly while this replica leads with its counts rebuilt, follows policy
-    reloads, and publishes the group gauges."""
+    """Keeps `granting` true exactly while this replica leads with its counts rebuilt, and follows policy
+    reloads. (The gauges are read off the state at each scrape: `_publish`.)"""
     groups = app[GROUPS]
     pacing = groups.pacing
-    metrics = app[METRICS]
     policies = app[ADMISSION].policies
     was_leader = False
     while True:
@@ -202,14 +201,15 @@ async def _steward(app: web.Application) -> None:
             logger.info("granting: %d enabled pods in %d groups", len(pacing.book), len(pacing.book.pairs()))
         pacing.set_granting(granting)
         watch.announce = leading
-        metrics.leader.set(1 if leading else 0)
-        _publish(app)
         await asyncio.sleep(STEWARD_SECONDS)
 
 
 def _publish(app: web.Application) -> None:
+    """The group gauges and the leader gauge, as of now (called before each scrape)."""
     groups = app[GROUPS]
     metrics = app[METRICS]
+    leadership = groups.leadership
+    metrics.leader.set(1 if leadership is not None and leadership.is_leader else 0)
     rows = groups.pacing.rows()
     metrics.groups.set(len(rows))
     for state in ("ready", "starting", "held"):

@@ -86,7 +86,6 @@ class Pacing:
     version: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _grantable: tuple[int, float, tuple[PodKey, ...], frozenset[PodKey]] | None = None
-    _uids: dict[PodKey, str] = field(default_factory=dict)
     _waiters: int = 0
 
     # --- the watch ----------------------------------------------------------------------------------
@@ -95,19 +94,12 @@ class Pacing:
         """A pod from the watch (ADDED, MODIFIED): its record replaces the old one, or it leaves the
         book when it no longer belongs there (being deleted, no group-key annotation)."""
         record = groupbook.record_from_pod(pod, names=self.names, policies=self.policies)
-        metadata = pod.get("metadata") or {}
-        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         if record is None:
-            if key in self.book:
-                self.book.remove(*key)
-                self._uids.pop(key, None)
-                self._bump()
+            self.pod_deleted(pod)
             return
-        old = self.book.get(key)
-        if old == record:
+        if self.book.get(record.key) == record:
             return
         self.book.upsert(record)
-        self._uids[key] = record.uid
         self._bump()
 
     def pod_deleted(self, pod: Mapping[str, Any]) -> None:
@@ -115,7 +107,6 @@ class Pacing:
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         if key in self.book:
             self.book.remove(*key)
-            self._uids.pop(key, None)
             self._bump()
 
     def replace_policies(
@@ -134,8 +125,8 @@ class Pacing:
         the next ask (from any node) already counts it."""
         key = (namespace, name)
         now = self.clock()
-        known = self._uids.get(key)
-        if known is not None and uid and known != uid:
+        known = self.book.get(key)
+        if known is not None and uid and known.uid != uid:
             # Same name, another pod (a StatefulSet pod recreated): the new one is not in the book yet.
             decision = Decision(
                 granted=False,

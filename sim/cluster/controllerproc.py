@@ -196,7 +196,6 @@ class ControllerProcess:
         # server never clash.
         self.webhook_name = f"stagger-sim-{run}"
         self.lease_name = f"stagger-sim-{run}"
-        self.log_file = folder / "controller-0.log"
         self.replicas = [
             _Replica(
                 argv=self._argv(i), log_file=folder / f"controller-{i}.log", identity=f"sim-controller-{i}"

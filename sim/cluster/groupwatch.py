@@ -90,7 +90,3 @@ class GroupWatch:
             self.timeline.append(point)
         if limit is not None and started > limit:
             self.violations.append(point)
-
-    def most_started_with(self, ready: int) -> int:
-        """The most pods seen started at once while exactly `ready` were Ready."""
-        return max((p.started for p in self.timeline if p.ready == ready), default=0)
