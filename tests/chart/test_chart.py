@@ -1,6 +1,6 @@
 """The Helm chart as a whole and its lockd part: `helm lint --strict` of the main configurations; every
 object of every configuration (defaults, controller disabled, an external controller, an existing
-certificate Secret, cert-manager, other values) is valid for the Kubernetes versions the chart supports
+certificate Secret, cert-manager, the jobs webhook off, other values) is valid for the Kubernetes versions the chart supports
 (the official schemas via kubernetes-validate; cert-manager's own kinds are checked in
 test_controller_tls); NOTES.txt says how to opt a pod in and check /status; the default policy is a valid
 policy file; lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy
@@ -51,6 +51,7 @@ def ca_bundle() -> str:
         pytest.param((), id="defaults"),
         pytest.param(("controller.enabled=false",), id="controller-disabled"),
         pytest.param(("controller.tls.certManager.enabled=true",), id="cert-manager"),
+        pytest.param(("controller.webhook.jobs=false",), id="jobs-webhook-off"),
     ],
 )
 def test_lint(sets: tuple[str, ...]) -> None:
@@ -66,14 +67,25 @@ def test_lint(sets: tuple[str, ...]) -> None:
     [
         pytest.param(
             (),
-            [f'{PREFIX}/enable: "1"', f"port-forward svc/{CONTROLLER} 9443:443", "/status?format=text"],
+            [
+                f'{PREFIX}/enable: "1"',
+                f"port-forward svc/{CONTROLLER} 9443:443",
+                "/status?format=text",
+                "the Job itself also carries that label",
+            ],
             ["opt a pod in by hand"],
             id="controller",
         ),
         pytest.param(
+            ("controller.webhook.jobs=false",),
+            [f'{PREFIX}/enable: "1"', f"port-forward svc/{CONTROLLER} 9443:443"],
+            ["the Job itself", "opt a pod in by hand"],
+            id="jobs-webhook-off",
+        ),
+        pytest.param(
             ("controller.enabled=false",),
             [f'{PREFIX}/enable: "1"', "opt a pod in by hand", "/status?format=text"],
-            ["port-forward"],
+            ["port-forward", "the Job itself"],
             id="controller-disabled",
         ),
     ],
@@ -117,9 +129,11 @@ def test_the_validated_versions_are_the_charts() -> None:
             id="existing-secret",
         ),
         pytest.param(("controller.tls.certManager.enabled=true",), (), id="cert-manager"),
+        pytest.param(("controller.webhook.jobs=false",), (), id="jobs-webhook-off"),
         pytest.param(
             (
                 "controller.replicas=3",
+                "controller.admitTimeoutSeconds=1.5",
                 "controller.podDisruptionBudget.enabled=false",
                 "controller.webhook.timeoutSeconds=2",
                 "controller.priorityClassName=system-cluster-critical",

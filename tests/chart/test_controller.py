@@ -2,11 +2,14 @@
 image, the settings `python -m webhook` accepts, downward-API env, probes on the probe listener, the
 restricted securityContext, a grace period longer than --shutdown-timeout, anti-affinity), the
 PodDisruptionBudget, the policy file shared with lockd, the two Services (admission to every replica; the
-leader Service selecting the leader label, which lockd's controller URL names), the token Secret mounted on
-both sides, the MutatingWebhookConfiguration's fields and its RBAC."""
+leader Service selecting the leader label, which lockd's controller URL and the controller's own
+--leader-url name), --admit-timeout (shorter than the webhook's timeout), the token Secret mounted on both
+sides, the MutatingWebhookConfiguration's two webhooks (pods; jobs for evict mode, which a value turns off)
+and its RBAC (evictions included)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -20,6 +23,7 @@ from tests.chart.helm import (
     PREFIX,
     RELEASE,
     Doc,
+    RenderError,
     by_kind,
     container,
     env,
@@ -166,6 +170,64 @@ def test_lockd_asks_the_leader_service() -> None:
     assert url == f"https://{leader['metadata']['name']}.{leader['metadata']['namespace']}.svc:{port}"
 
 
+def test_a_replica_that_does_not_lead_forwards_to_the_leader_service() -> None:
+    # Evict mode: the same URL as lockd's (the leader Service on its port), with the token the replica has.
+    docs = render()
+    leader = named(docs, "Service", LEADER)
+    port = leader["spec"]["ports"][0]["port"]
+    url = values(named(docs, "Deployment", CONTROLLER))["STAGGER_LEADER_URL"]
+    assert url == f"https://{LEADER}.{NAMESPACE}.svc:{port}" == f"https://{LEADER}.{NAMESPACE}.svc:443"
+    assert url == values(by_kind(docs, "DaemonSet"))["STAGGER_CONTROLLER_URL"]
+    # The Service reaches the controller's TLS listener (by its port name), not the probe port.
+    assert leader["spec"]["ports"][0]["targetPort"] == "https"
+
+
+def test_the_controller_reads_the_evict_mode_settings() -> None:
+    from webhook.settings import Settings, parse_settings
+
+    known = {f.name for f in dataclasses.fields(Settings)}
+    if not {"leader_url", "leader_ca_file", "admit_timeout"} <= known:
+        pytest.skip("the controller has no --leader-url, --leader-ca-file or --admit-timeout yet")
+    settings = parse_settings([], values(deployment()))
+    assert settings.leader_url == f"https://{LEADER}.{NAMESPACE}.svc:443"
+    assert str(settings.leader_ca_file) == "/etc/stagger/ca/ca.crt"
+    assert settings.admit_timeout == 0.5
+
+
+@pytest.mark.parametrize(
+    ("sets", "text", "seconds"),
+    [
+        pytest.param((), "0.5s", 0.5, id="default"),
+        pytest.param(("controller.admitTimeoutSeconds=2",), "2s", 2.0, id="whole-seconds"),
+        pytest.param(("controller.admitTimeoutSeconds=0.25",), "0.25s", 0.25, id="fraction"),
+    ],
+)
+def test_admit_timeout_follows_the_value(sets: tuple[str, ...], text: str, seconds: float) -> None:
+    from stagger.options import seconds as duration
+
+    plain = values(deployment(*sets))
+    assert plain["STAGGER_ADMIT_TIMEOUT"] == text
+    # Read as the controller reads its other durations (--grant-drain, --shutdown-timeout).
+    assert duration()(plain["STAGGER_ADMIT_TIMEOUT"], "--admit-timeout") == seconds
+    assert seconds < webhook(*sets)["timeoutSeconds"]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        pytest.param(("controller.admitTimeoutSeconds=5",), id="as-long-as-the-webhook-timeout"),
+        pytest.param(
+            ("controller.admitTimeoutSeconds=1.5", "controller.webhook.timeoutSeconds=1"), id="longer"
+        ),
+        pytest.param(("controller.admitTimeoutSeconds=0",), id="zero"),
+    ],
+)
+def test_an_admit_timeout_the_api_server_would_not_wait_for_fails_the_render(sets: tuple[str, ...]) -> None:
+    # The API server gives up on the webhook after timeoutSeconds: a forwarded answer must come before.
+    with pytest.raises(RenderError, match=r"controller\.admitTimeoutSeconds"):
+        render(*sets)
+
+
 def test_lockd_and_the_controller_mount_the_same_token_secret() -> None:
     docs = render()
     token = named(docs, "Secret", f"{CONTROLLER}-token")
@@ -185,10 +247,16 @@ def test_lockd_and_the_controller_mount_the_same_token_secret() -> None:
     assert other["data"]["token"] != token["data"]["token"]
 
 
-def webhook(*sets: str) -> Doc:
-    [hook] = by_kind(render(*sets), "MutatingWebhookConfiguration")["webhooks"]
-    hook_doc: Doc = hook
-    return hook_doc
+def webhooks(*sets: str) -> dict[str, Doc]:
+    """The webhooks of the one MutatingWebhookConfiguration, by the resource they admit."""
+    hooks = by_kind(render(*sets), "MutatingWebhookConfiguration")["webhooks"]
+    by_resource = {hook["rules"][0]["resources"][0]: hook for hook in hooks}
+    assert len(by_resource) == len(hooks)
+    return by_resource
+
+
+def webhook(*sets: str, resource: str = "pods") -> Doc:
+    return webhooks(*sets)[resource]
 
 
 @pytest.mark.parametrize(
@@ -234,9 +302,84 @@ def test_webhook_configuration(field: str, expected: object) -> None:
     assert webhook()[field] == expected
 
 
-def test_webhook_calls_the_admission_service() -> None:
-    service = webhook()["clientConfig"]["service"]
-    assert service == {"name": CONTROLLER, "namespace": NAMESPACE, "path": "/mutate/pods", "port": 443}
+JOBS_RULES = [
+    {
+        "apiGroups": ["batch"],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["jobs"],
+        "scope": "Namespaced",
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        pytest.param("name", f"jobs.{PREFIX}", id="name"),
+        pytest.param("rules", JOBS_RULES, id="rules"),
+        pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
+        pytest.param(
+            "namespaceSelector",
+            {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": [NAMESPACE, "kube-system"],
+                    }
+                ]
+            },
+            id="namespaceSelector",
+        ),
+        pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
+        pytest.param("sideEffects", "None", id="sideEffects"),
+        pytest.param("timeoutSeconds", 5, id="timeoutSeconds"),
+        pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
+        pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
+    ],
+)
+def test_jobs_webhook_configuration(field: str, expected: object) -> None:
+    assert webhook(resource="jobs")[field] == expected
+
+
+def test_the_jobs_webhook_differs_from_the_pods_webhook_only_in_what_it_admits() -> None:
+    hooks = webhooks()
+    assert list(hooks) == ["pods", "jobs"]
+    pods, jobs = hooks["pods"], hooks["jobs"]
+    assert jobs["clientConfig"]["service"]["path"] == "/mutate/jobs"
+
+    def shared(hook: Doc) -> Doc:
+        service = {k: v for k, v in hook["clientConfig"]["service"].items() if k != "path"}
+        rest = {k: v for k, v in hook.items() if k not in ("name", "rules", "clientConfig")}
+        return {**rest, "clientConfig": {**hook["clientConfig"], "service": service}}
+
+    assert shared(jobs) == shared(pods)
+    assert jobs["clientConfig"]["caBundle"] == pods["clientConfig"]["caBundle"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "resources"),
+    [
+        pytest.param((), ["pods", "jobs"], id="default-on"),
+        pytest.param(("controller.webhook.jobs=true",), ["pods", "jobs"], id="on"),
+        pytest.param(("controller.webhook.jobs=false",), ["pods"], id="off"),
+    ],
+)
+def test_the_jobs_webhook_can_be_turned_off(sets: tuple[str, ...], resources: list[str]) -> None:
+    assert list(webhooks(*sets)) == resources
+    # The pods webhook is unchanged either way (caBundle aside: each render makes its own CA).
+    pods = {k: v for k, v in webhook(*sets).items() if k != "clientConfig"}
+    assert pods == {k: v for k, v in webhook().items() if k != "clientConfig"}
+
+
+@pytest.mark.parametrize(
+    ("resource", "path"),
+    [pytest.param("pods", "/mutate/pods", id="pods"), pytest.param("jobs", "/mutate/jobs", id="jobs")],
+)
+def test_webhook_calls_the_admission_service(resource: str, path: str) -> None:
+    service = webhook(resource=resource)["clientConfig"]["service"]
+    assert service == {"name": CONTROLLER, "namespace": NAMESPACE, "path": path, "port": 443}
     assert named(render(), "Service", CONTROLLER)["spec"]["ports"][0]["port"] == 443
 
 
@@ -268,7 +411,10 @@ def test_webhook_calls_the_admission_service() -> None:
     ],
 )
 def test_webhook_values(sets: tuple[str, ...], field: str, expected: object) -> None:
-    assert webhook(*sets)[field] == expected
+    hooks = webhooks(*sets)
+    assert list(hooks) == ["pods", "jobs"]
+    for hook in hooks.values():
+        assert hook[field] == expected
 
 
 RULES = {

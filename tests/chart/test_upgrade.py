@@ -1,6 +1,6 @@
 """Upgrades keep what the first install generated: with the Secrets of a previous install in the cluster
 (a minimal fake API server answers `helm template --dry-run=server`, so the chart's `lookup` finds them),
-the serving certificate, its CA (in the Secret, the webhook's caBundle and lockd's ConfigMap) and the
+the serving certificate, its CA (in the Secret, the webhooks' caBundle and lockd's ConfigMap) and the
 shared token are reused unchanged; a certificate Secret missing a key is replaced by a new, consistent
 pair rather than half reused."""
 
@@ -18,8 +18,12 @@ TLS, TOKEN, CA = f"{CONTROLLER}-tls", f"{CONTROLLER}-token", f"{CONTROLLER}-ca"
 
 
 def ca_bundle(docs: list[Doc]) -> str:
-    bundle: str = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"]
-    return bundle
+    """The caBundle of the webhooks (pods and jobs), which is one."""
+    hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
+    [bundle] = {hook["clientConfig"]["caBundle"] for hook in hooks}
+    assert len(hooks) == 2
+    found: str = bundle
+    return found
 
 
 def test_an_upgrade_reuses_the_certificate_ca_and_token(tmp_path: Path) -> None:
