@@ -13,6 +13,13 @@ all pods:
   starting, so two asks in a row never both get the last place; a reservation ends when the pod shows
   its grant (granted-at, label or gate gone), or after RESERVATION_SECONDS.
 
+- Claims (evict mode): places counted as starting that no pod in the book holds yet. An owner's
+  reservation is made when the leader evicts a held pod: its owner's replacement is let through at
+  admission against it (`take_owner_claim`), carrying the first hold time of the chain. An admission
+  claim is made when admission lets a new pod through (`admit`) before the watch has brought it. A claim
+  ends when a pod carrying its id (the ticket annotation) is in the book, or after RESERVATION_SECONDS:
+  an evicted pod not replaced in that time frees its place.
+
 A finished pod counts nowhere; a deleted pod (or one being deleted) is removed from the book. Decisions
 follow the pacer semantics of docs/design.md: a waiting pod may go when, for every pair it waits for, the
 pacer has room and the pod is among the oldest `room` waiting pods of that pair; or when it has been held
@@ -25,6 +32,7 @@ Pure data and functions of `now`: no I/O, no asyncio.
 from __future__ import annotations
 
 import math
+import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,12 +52,17 @@ __all__ = [
     "DENIED_RETRY_SECONDS",
     "RESERVATION_SECONDS",
     "UNKNOWN_RETRY_SECONDS",
+    "AdmitDecision",
     "Basis",
+    "Claim",
     "Counts",
     "Decision",
     "GroupBook",
     "PodKey",
     "PodRecord",
+    "admit",
+    "controller_of",
+    "controller_uid",
     "decide",
     "grantable",
     "pair_label",
@@ -72,6 +85,7 @@ UNKNOWN_RETRY_SECONDS = 2.0
 _MIN_RETRY_SECONDS = 0.5
 
 Basis = Literal["paced", "bypassed", "maxBlocked", "notHeld", "reserved", "denied", "unknown"]
+AdmitBasis = Literal["reserved", "paced", "denied", "unknown"]
 _Phase = Literal["done", "ready", "waiting", "starting"]
 
 
@@ -91,6 +105,9 @@ class PodRecord:
     ready: bool = False
     finished: bool = False  # phase Succeeded or Failed
     gated: bool = False  # the scheduling gate is on the pod (gate mode)
+    evict_hold: bool = False  # held at admission in evict mode (the hold annotation): released by eviction
+    owner: str = ""  # the uid of its controller (ownerReferences controller=true), "" for none
+    ticket: str | None = None  # the claim admission counted for it (evict mode, let through)
 
     @property
     def key(self) -> PodKey:
@@ -146,12 +163,44 @@ class Decision:
     basis: Basis
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A place counted as starting in `pairs` for a pod the book does not have yet (evict mode).
+
+    `owner` (a controller's uid) and not `taken`: an owner's reservation, made by an eviction, waiting
+    for the owner's replacement pod. `taken`: admission let a pod through against it (or took a free
+    place for a new pod); it waits for that pod to show in the book with the ticket `id`. `first_held`:
+    when the first pod of the chain was held (None: never held). `since`: when it was made or taken; it
+    lapses RESERVATION_SECONDS later."""
+
+    id: str
+    pairs: tuple[Pair, ...]
+    owner: str
+    first_held: float | None
+    since: float
+    taken: bool
+
+
+@dataclass(frozen=True)
+class AdmitDecision:
+    """Admission's question in evict mode: let a new pod through now (`admit` True, counted under
+    `ticket`), or hold it. `held_since`: the first hold time to carry onto the pod (its chain's, from the
+    owner's reservation), None for a new chain."""
+
+    admit: bool
+    reason: str
+    basis: AdmitBasis
+    ticket: str | None = None
+    held_since: float | None = None
+
+
 class _PairState:
     """The index of one (policy, key) pair. Entries are (time, PodKey) tuples, sorted."""
 
-    __slots__ = ("ready", "reserved", "reserved_elsewhere", "starting", "waiting")
+    __slots__ = ("claimed", "ready", "reserved", "reserved_elsewhere", "starting", "waiting")
 
     def __init__(self) -> None:
+        self.claimed = 0  # claims counted here (evict mode)
         self.ready = 0
         self.starting: Any = SortedList()  # (started, key)
         self.waiting: Any = SortedList()  # (created, key): pods waiting for this pair's pacer
@@ -160,7 +209,14 @@ class _PairState:
         self.reserved_elsewhere = 0
 
     def empty(self) -> bool:
-        return not (self.ready or self.starting or self.waiting or self.reserved or self.reserved_elsewhere)
+        return not (
+            self.ready
+            or self.starting
+            or self.waiting
+            or self.reserved
+            or self.reserved_elsewhere
+            or self.claimed
+        )
 
 
 def pair_label(pair: Pair) -> str:
@@ -180,6 +236,9 @@ class GroupBook:
     _reservation_order: Any = field(default_factory=SortedList, init=False)  # (reserved_at, key)
     # Waiting pods with no pair to wait for (held by hand although bypassed everywhere): in no queue.
     _unqueued: dict[PodKey, None] = field(default_factory=dict, init=False)
+    _claims: dict[str, Claim] = field(default_factory=dict, init=False)
+    _claim_order: Any = field(default_factory=SortedList, init=False)  # (since, id)
+    _owner_claims: dict[str, list[str]] = field(default_factory=dict, init=False)  # untaken, oldest first
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -219,7 +278,7 @@ class GroupBook:
         recent = len(state.starting) - int(too_old)
         return Counts(
             ready=state.ready,
-            starting=recent + len(state.reserved) + state.reserved_elsewhere,
+            starting=recent + len(state.reserved) + state.reserved_elsewhere + state.claimed,
             held=len(state.waiting) - len(state.reserved),
         )
 
@@ -229,6 +288,14 @@ class GroupBook:
         state = self._pairs[pair]
         entry = (record.created, key)
         return int(state.waiting.bisect_left(entry)) - int(state.reserved.bisect_left(entry))
+
+    def claims(self) -> list[Claim]:
+        """Every claim, oldest first (for /status)."""
+        return [self._claims[claim_id] for _, claim_id in self._claim_order]
+
+    def owner_claims(self, owner: str) -> int:
+        """Reservations of `owner` not taken yet."""
+        return len(self._owner_claims.get(owner, ()))
 
     def waiting_in(self, pair: Pair) -> list[PodKey]:
         """The waiting, unreserved pods of `pair`, oldest first (for /status; O(held))."""
@@ -252,6 +319,8 @@ class GroupBook:
         if reserved_at is not None and not keep:
             self._forget_reservation(key, reserved_at)
         self._index(record, reserved=keep)
+        if record.ticket is not None and record.ticket in self._claims:
+            self._drop_claim(record.ticket)  # the pod counts for itself now
 
     def remove(self, namespace: str, name: str) -> None:
         """The pod is gone (deleted, or no longer in any staggering group); unknown pods are ignored."""
@@ -293,7 +362,7 @@ class GroupBook:
         self._index(record, reserved=False)
 
     def expire(self, now: float) -> None:
-        """Let reservations made RESERVATION_SECONDS or more before `now` lapse."""
+        """Let reservations and claims made RESERVATION_SECONDS or more before `now` lapse."""
         order = self._reservation_order
         while order and order[0][0] <= now - RESERVATION_SECONDS:
             reserved_at, key = order[0]
@@ -301,6 +370,91 @@ class GroupBook:
             self._unindex(record, reserved=True)
             self._forget_reservation(key, reserved_at)
             self._index(record, reserved=False)
+        claims = self._claim_order
+        while claims and claims[0][0] <= now - RESERVATION_SECONDS:
+            self._drop_claim(claims[0][1])
+
+    def claim(
+        self,
+        *,
+        pairs: Sequence[Pair],
+        owner: str,
+        first_held: float | None,
+        now: float,
+        taken: bool,
+        claim_id: str | None = None,
+    ) -> Claim:
+        """Count a place in `pairs` for a pod not in the book yet (see `Claim`). A new random id unless
+        `claim_id` is given."""
+        self.expire(now)
+        claim = Claim(
+            id=claim_id or secrets.token_hex(8),
+            pairs=tuple(dict.fromkeys(pairs)),
+            owner=owner,
+            first_held=first_held,
+            since=now,
+            taken=taken,
+        )
+        self._add_claim(claim)
+        return claim
+
+    def take_owner_claim(self, owner: str, *, now: float) -> Claim | None:
+        """The oldest reservation of `owner`, now taken by a pod admission lets through (it counts until
+        that pod shows in the book, RESERVATION_SECONDS at most from now); None when it has none."""
+        self.expire(now)
+        waiting = self._owner_claims.get(owner)
+        if not waiting:
+            return None
+        old = self._claims[waiting[0]]
+        self._drop_claim(old.id)
+        taken = Claim(
+            id=old.id, pairs=old.pairs, owner=old.owner, first_held=old.first_held, since=now, taken=True
+        )
+        self._add_claim(taken)
+        return taken
+
+    def evicted(self, key: PodKey, *, now: float) -> Claim | None:
+        """The held pod `key` was evicted: it leaves the book, and its place becomes a reservation for its
+        owner's replacement, carrying when the pod's hold began. None (nothing changes) for a pod not in
+        the book; a pod without an owner frees its place."""
+        record = self._records.get(key)
+        if record is None:
+            return None
+        self.remove(*key)
+        if not record.owner:
+            return None
+        return self.claim(
+            pairs=record.pacer_groups + record.bypassed_groups,
+            owner=record.owner,
+            first_held=record.created,
+            now=now,
+            taken=False,
+        )
+
+    def _add_claim(self, claim: Claim) -> None:
+        self._claims[claim.id] = claim
+        self._claim_order.add((claim.since, claim.id))
+        if not claim.taken:
+            self._owner_claims.setdefault(claim.owner, []).append(claim.id)
+        for pair in claim.pairs:
+            state = self._pairs.get(pair)
+            if state is None:
+                state = self._pairs[pair] = _PairState()
+            state.claimed += 1
+
+    def _drop_claim(self, claim_id: str) -> None:
+        claim = self._claims.pop(claim_id)
+        self._claim_order.remove((claim.since, claim_id))
+        if not claim.taken:
+            waiting = self._owner_claims[claim.owner]
+            waiting.remove(claim_id)
+            if not waiting:
+                del self._owner_claims[claim.owner]
+        for pair in claim.pairs:
+            state = self._pairs[pair]
+            state.claimed -= 1
+            if state.empty():
+                del self._pairs[pair]
 
     # --- the indexes --------------------------------------------------------------------------------
 
@@ -431,6 +585,62 @@ def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: Po
     return Decision(granted=True, reason="; ".join(parts), retry_after=0.0, basis="paced")
 
 
+def admit(
+    book: GroupBook,
+    *,
+    policies: Mapping[str, StaggeringPolicy],
+    pacer_groups: Sequence[Pair],
+    bypassed_groups: Sequence[Pair] = (),
+    owner: str,
+    now: float,
+    dry_run: bool = False,
+) -> AdmitDecision:
+    """Evict mode, at admission: may a new pod in `pacer_groups` (counting in `bypassed_groups` too) start
+    now, or is it held? On a yes the place is claimed (unless `dry_run`) and its id is the pod's ticket.
+
+    A pod whose owner has a reservation (one of its pods was evicted to let it start) goes against it,
+    whatever the pacers say now: a replacement is never held again. Any other pod goes only when every
+    pacer has room and no pod of its pairs is held (held pods go first: admission does not jump the
+    queue the eviction reconciler works through)."""
+    book.expire(now)
+    if owner and book.owner_claims(owner):
+        reason = "its owner's reservation: a held pod of the same owner was evicted to let it start"
+        if dry_run:
+            return AdmitDecision(admit=True, reason=reason, basis="reserved")
+        claim = book.take_owner_claim(owner, now=now)
+        assert claim is not None  # owner_claims said there is one
+        return AdmitDecision(
+            admit=True, reason=reason, basis="reserved", ticket=claim.id, held_since=claim.first_held
+        )
+    parts: list[str] = []
+    for pair in pacer_groups:
+        policy = policies.get(pair[0])
+        if policy is None:
+            parts.append(f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit")
+            continue
+        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        if counts.held:
+            held = f"{counts.held} {'pod' if counts.held == 1 else 'pods'}"
+            return AdmitDecision(
+                admit=False, reason=f"{pair_label(pair)}: {held} held longer go first", basis="denied"
+            )
+        room = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
+        if room is not None and room < 1:
+            text = pacers.describe(policy.pacer, ready=counts.ready, starting=counts.starting)
+            return AdmitDecision(admit=False, reason=f"{pair_label(pair)}: {text}", basis="denied")
+        starting = counts.starting + 1
+        parts.append(
+            f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
+        )
+    reason = "; ".join(parts)
+    if dry_run:
+        return AdmitDecision(admit=True, reason=reason, basis="paced")
+    claim = book.claim(
+        pairs=tuple(pacer_groups) + tuple(bypassed_groups), owner="", first_held=None, now=now, taken=True
+    )
+    return AdmitDecision(admit=True, reason=reason, basis="paced", ticket=claim.id)
+
+
 def _not_held(record: PodRecord) -> str:
     if record.finished:
         return "the pod has finished"
@@ -528,6 +738,14 @@ def record_from_pod(
         isinstance(gate, Mapping) and gate.get("name") == names.scheduling_gate for gate in gates
     )
     granted_text = annotations.get(names.granted_at_annotation)
+    held = labels.get(names.staggered_label) == "1" or gated
+    if held:
+        # Evict mode: a replacement held again keeps the first hold time of its chain.
+        since_text = annotations.get(names.held_since_annotation)
+        since = parse_rfc3339(since_text) if isinstance(since_text, str) else None
+        if since is not None and since < created:
+            created = since
+    ticket = annotations.get(names.ticket_annotation)
     conditions = status.get("conditions")
     ready = isinstance(conditions, Sequence) and any(
         isinstance(condition, Mapping)
@@ -541,10 +759,30 @@ def record_from_pod(
         uid=uid if isinstance(uid, str) else "",
         pacer_groups=tuple(waits),
         bypassed_groups=tuple(bypassed),
-        held=labels.get(names.staggered_label) == "1" or gated,
+        held=held,
         created=created,
         granted_at=parse_rfc3339(granted_text) if isinstance(granted_text, str) else None,
         ready=ready,
         finished=status.get("phase") in ("Succeeded", "Failed"),
         gated=gated,
+        evict_hold=held and annotations.get(names.hold_annotation) in ("nodeSelector", "stub"),
+        owner=sys.intern(controller_uid(metadata)),
+        ticket=ticket if isinstance(ticket, str) and ticket else None,
     )
+
+
+def controller_uid(metadata: Mapping[str, Any]) -> str:
+    """The uid of the object's controller (the ownerReference with controller: true), or ""."""
+    owner = controller_of(metadata)
+    return "" if owner is None else str(owner.get("uid") or "")
+
+
+def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference with `controller: true`, or None."""
+    references = metadata.get("ownerReferences")
+    if not isinstance(references, Sequence):
+        return None
+    for reference in references:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            return reference
+    return None

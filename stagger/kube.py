@@ -345,12 +345,15 @@ class RestClient:
             "POST", PODS.path(namespace=namespace, name=name, subresource="binding"), body=binding
         )
 
-    async def evict(self, *, namespace: str, name: str) -> dict[str, Any]:
-        eviction = {
+    async def evict(self, *, namespace: str, name: str, uid: str | None = None) -> dict[str, Any]:
+        """POST pods/NAME/eviction. With `uid`, only that pod: another of the same name gets 409 Conflict."""
+        eviction: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
+        if uid is not None:
+            eviction["deleteOptions"] = {"preconditions": {"uid": uid}}
         return await self.request(
             "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=eviction
         )

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stagger.policy import Mode, StaggeringPolicy
+from stagger.policy import Hold, Mode, StaggeringPolicy
 
 __all__ = [
     "GROUP_HASH_CHARS",
@@ -74,6 +74,7 @@ class Placement:
     mode: Mode
     max_blocked_duration: float
     warnings: tuple[str, ...] = ()
+    hold: Hold = "nodeSelector"  # the first matched policy's, like `mode` (evict mode only)
 
     @property
     def fully_bypassed(self) -> bool:
@@ -139,6 +140,7 @@ def match_pod(pod: Mapping[str, Any], policies: Sequence[StaggeringPolicy]) -> P
         mode=first.mode,
         max_blocked_duration=min(policy.max_blocked_duration for policy in waited_for),
         warnings=warnings,
+        hold=first.hold,
     )
 
 

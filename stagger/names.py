@@ -57,3 +57,33 @@ class Names:
     @property
     def scheduling_gate(self) -> str:
         return self._name("pacing")
+
+    @property
+    def hold_annotation(self) -> str:
+        """On a pod held in evict mode: how it is held (`nodeSelector` or `stub`). The controller evicts
+        the held pods that carry it when their pacers allow."""
+        return self._name("hold")
+
+    @property
+    def hold_node_label(self) -> str:
+        """The node label a pod held with `hold: nodeSelector` selects (`"true"`): no node has it."""
+        return self._name("hold")
+
+    @property
+    def held_since_annotation(self) -> str:
+        """When the hold of a pod began (evict mode): the first hold of its chain, carried over by the
+        owner's reservation when a replacement has to be held again. Its place in the queue and the start
+        of its maxBlockedDuration."""
+        return self._name("held-since")
+
+    @property
+    def ticket_annotation(self) -> str:
+        """On a pod admitted in evict mode without a hold: the id of the place counted for it (the owner's
+        reservation it used, or the place admission took), which the pod itself counts for once seen."""
+        return self._name("ticket")
+
+    @property
+    def evictable_annotation(self) -> str:
+        """On a Job's pod template (by `POST /mutate/jobs`): `"1"` when the Job does not count an eviction
+        as a failure, so its pods may be held in evict mode."""
+        return self._name("evictable")

@@ -2,7 +2,9 @@
 (`/healthz`, `/readyz`, `/metrics`).
 
 Admission (`POST /mutate/pods`) is `webhook.admission.review` over HTTP: it needs no state and no API
-call, so every replica answers it, leader or not. It never denies a pod: a body that is not an
+call, so every replica answers it, leader or not; only for a pod in evict mode does it first ask the
+group part (`EVICT_DECIDER`: the leader's counts) whether to hold it. `POST /mutate/jobs` is
+`webhook.admission.review_job`. It never denies a pod: a body that is not an
 AdmissionReview gets 400 (413 over `--max-body`) with `{"error": reason}`, and an internal error admits
 the pod unchanged with a warning, is counted (`result="error"`) and logged (with its traceback the first
 time). Every answer carries `X-Stagger-Admission-Ms`, the time spent in the handler.
@@ -42,6 +44,7 @@ from webhook.token import TokenFile
 __all__ = [
     "ADMISSION",
     "CERTIFICATE",
+    "EVICT_DECIDER",
     "METRICS",
     "POLICY",
     "READINESS",
@@ -135,6 +138,9 @@ ERRORS = web.AppKey("internal_errors", InternalErrors)
 READINESS: web.AppKey[list[ReadinessCheck]] = web.AppKey("readiness")
 STATUS_SECTIONS: web.AppKey[list[StatusSection]] = web.AppKey("status_sections")
 CONTROLLER = web.AppKey("controller", web.Application)  # the probe app's view of the TLS app
+EvictDecider = Callable[[admission.EvictQuestion], Awaitable[admission.EvictAnswer]]
+# Set by the group part (webhook.groups); absent: evict-mode pods are paced in lock mode.
+EVICT_DECIDER: web.AppKey[EvictDecider] = web.AppKey("evict_decider")
 
 
 def _json_error(status_code: int, message: str, *, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -194,31 +200,57 @@ def _unchanged(body: object) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
     return 200, {"apiVersion": wire.API_VERSION, "kind": wire.KIND, "response": response}
 
 
-async def mutate_pods(request: web.Request) -> web.Response:
-    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
-    began = time.perf_counter()
-    app = request.app
+async def _read_review(request: web.Request, began: float) -> object | web.Response:
+    """The decoded JSON body, or the error response to send."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(
-            request, began, 413, f"request body too large: at most {app[SETTINGS].max_body} bytes"
+            request, began, 413, f"request body too large: at most {request.app[SETTINGS].max_body} bytes"
         )
     try:
-        body = json.loads(raw)
+        body: object = json.loads(raw)
     except RecursionError:
         return _bad_request(request, began, 400, "the body is not an AdmissionReview: nested too deeply")
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         return _bad_request(request, began, 400, f"the body is not JSON: {err}")
+    return body
+
+
+async def _evict_answer(
+    app: web.Application, body: object, current: Admission
+) -> admission.EvictAnswer | None:
+    question = admission.evict_question(
+        body, policies=current.policies, names=current.names, settings=current.inject
+    )
+    if question is None:
+        return None
+    decide = app.get(EVICT_DECIDER)
+    if decide is None:
+        return admission.EvictAnswer(
+            outcome="lock", reason="this controller has no group pacing", now=time.time()
+        )
+    return await decide(question)
+
+
+async def mutate_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
+    began = time.perf_counter()
+    app = request.app
+    body = await _read_review(request, began)
+    if isinstance(body, web.Response):
+        return body
     current = app[ADMISSION]
     errors: list[Exception] = []
     try:
+        evict = await _evict_answer(app, body, current)
         code, answer = admission.review(
             body,
             policies=current.policies,
             names=current.names,
             settings=current.inject,
             internal_errors=errors,
+            evict=evict,
         )
     except Exception as unguarded:  # a bug outside review's own guard: still never deny
         errors.append(unguarded)
@@ -231,6 +263,33 @@ async def mutate_pods(request: web.Request) -> web.Response:
     result = "error" if errors else "mutated" if "patch" in response else "allowed"
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("admission of %s: %s %s", _what(body), result, response.get("warnings", ""))
+    return _answer(request, began, 200, answer, result)
+
+
+async def mutate_jobs(request: web.Request) -> web.Response:
+    """`POST /mutate/jobs`: evict mode's rule for Jobs (`admission.review_job`)."""
+    began = time.perf_counter()
+    app = request.app
+    body = await _read_review(request, began)
+    if isinstance(body, web.Response):
+        return body
+    current = app[ADMISSION]
+    errors: list[Exception] = []
+    try:
+        code, answer = admission.review_job(
+            body, policies=current.policies, names=current.names, internal_errors=errors
+        )
+    except Exception as unguarded:  # a bug outside review_job's own guard: still never deny
+        errors.append(unguarded)
+        code, answer = _unchanged(body)
+    for error in errors:
+        app[ERRORS].report(error, what=_what(body))
+    if code != 200:
+        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
+    response = cast(wire.ReviewOut, answer)["response"]
+    result = "error" if errors else "mutated" if "patch" in response else "allowed"
+    if response.get("warnings"):
+        logger.info("admission of %s: %s", _what(body), "; ".join(response.get("warnings", [])))
     return _answer(request, began, 200, answer, result)
 
 
@@ -390,6 +449,7 @@ def make_app(settings: Settings) -> web.Application:
     sections: list[StatusSection] = []
     app[STATUS_SECTIONS] = sections
     app.router.add_post("/mutate/pods", mutate_pods)
+    app.router.add_post("/mutate/jobs", mutate_jobs)
     app.router.add_get("/status", show_status)
     app.cleanup_ctx.append(_watch_files)
     app.on_shutdown.append(_mark_closing)

@@ -25,8 +25,10 @@ from stagger.groupbook import PodKey
 from webhook import wire
 
 __all__ = [
+    "MAX_ADMIT_PAIRS",
     "MAX_WAIT_PODS",
     "MAX_WAIT_SECONDS",
+    "parse_admit",
     "parse_grant",
     "parse_wait",
 ]
@@ -35,7 +37,9 @@ logger = logging.getLogger(__name__)
 
 MAX_WAIT_SECONDS = 60.0
 MAX_WAIT_PODS = 5000  # more than any node's queue bound (maxQueue, 1,000 by default)
+MAX_ADMIT_PAIRS = 256  # (policy, key) pairs of one pod: one per staggering policy, at most
 _MAX_NAME = 253
+_MAX_KEY = 4096  # a grouping key (values found by a JSONPath expression, joined)
 
 
 def _name(body: Mapping[str, Any], field: str, *, required: bool = True) -> str:
@@ -91,6 +95,45 @@ def parse_wait(raw: bytes) -> tuple[str, float, list[PodKey]]:
         except ValueError as err:
             raise ValueError(f"pods[{index}].{err}") from err
     return node, float(wait), keys
+
+
+def _pairs(body: Mapping[str, Any], field: str) -> list[list[str]]:
+    value = body.get(field, [])
+    if not isinstance(value, list) or len(value) > MAX_ADMIT_PAIRS:
+        raise ValueError(f"{field} must be a list of at most {MAX_ADMIT_PAIRS} [policy, key] pairs")
+    pairs: list[list[str]] = []
+    for index, pair in enumerate(value):
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(part, str) for part in pair)
+            or not pair[0]
+            or len(pair[0]) > _MAX_NAME
+            or len(pair[1]) > _MAX_KEY
+        ):
+            raise ValueError(f"{field}[{index}] must be [policy name, grouping key] (two strings)")
+        pairs.append([pair[0], pair[1]])
+    return pairs
+
+
+def parse_admit(raw: bytes) -> wire.AdmitRequestBody:
+    """The body of `POST /v1/groups/admit`; raises ValueError naming the bad field."""
+    body = _object(raw)
+    dry_run = body.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise ValueError("dryRun must be true or false")
+    owner = body.get("owner", "")
+    if not isinstance(owner, str) or len(owner) > _MAX_NAME:
+        raise ValueError(f"owner must be a string of at most {_MAX_NAME} characters (a uid)")
+    pacer_groups = _pairs(body, "pacerGroups")
+    if not pacer_groups:
+        raise ValueError("pacerGroups must name at least one [policy, key] pair")
+    return {
+        "pacerGroups": pacer_groups,
+        "bypassedGroups": _pairs(body, "bypassedGroups"),
+        "owner": owner,
+        "dryRun": dry_run,
+    }
 
 
 def bad_request(reason: str) -> web.Response:

@@ -1,12 +1,16 @@
 """The controller's group pacing, plugged into the TLS app: the pod watch, the group book, leader election,
-the grant API lockd calls, the gate reconciler, Events, metrics and the `groups` section of `/status`.
+the grant API lockd calls, the gate and eviction reconcilers, evict mode's admission decisions, Events,
+metrics and the `groups` section of `/status`.
 
 It needs the API server (`--kubeconfig`, or the in-cluster service account). Without either (a local
 experiment), the controller serves admission only and says so in its log and `/status`.
 
 Who answers: only the leader grants and removes gates, and only once its watch has listed every enabled
 pod (its counts rebuilt from the API: `granted-at`, gates, labels, Ready). Every other replica answers
-the grant API with 503 naming the leader; admission is answered by all. On shutdown the leader stops
+the grant API with 503 naming the leader; admission is answered by all. In evict mode admission needs
+the leader's counts: a replica that does not lead asks the leader (`POST /v1/groups/admit` at
+`--leader-url`, within `--admit-timeout`), and holds the pod when it cannot get an answer (safe: the
+leader evicts held pods as their pacers allow). On shutdown the leader stops
 granting first, waits (at most `--grant-drain`, 5 s) until the grants it reserved show on their
 pods, and only then gives up the Lease: the next leader, which counts from the pods, never misses a
 grant it did not see.
@@ -18,19 +22,23 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 from aiohttp import web
 
 from stagger import kube
 from stagger.events import EventRecorder
+from stagger.groupbook import Claim, PodRecord, pair_label
 from stagger.informer import InformerSettings
 from webhook import grants, wire
-from webhook.app import ADMISSION, METRICS, READINESS, SETTINGS, STATUS_SECTIONS, TOKEN
+from webhook.admission import EvictAnswer, EvictQuestion
+from webhook.app import ADMISSION, EVICT_DECIDER, METRICS, READINESS, SETTINGS, STATUS_SECTIONS, TOKEN
+from webhook.evictions import EvictionReconciler
 from webhook.gates import GateReconciler
 from webhook.pacing import Pacing
 from webhook.podwatch import PodWatch
@@ -73,8 +81,11 @@ class Groups:
     watch: PodWatch | None = None
     leadership: Leadership | None = None
     gates: GateReconciler | None = None
+    evictions: EvictionReconciler | None = None
     off: str | None = None
     stopping: bool = False  # shutting down: never grant again
+    session: aiohttp.ClientSession | None = None  # the app's one session (API server, the leader)
+    leader_ssl: ssl.SSLContext | None = None  # to verify --leader-url with --leader-ca-file
 
     @property
     def granting(self) -> bool:
@@ -103,6 +114,8 @@ def install(
     app[GROUPS] = Groups(pacing=pacing)
     app.router.add_post("/v1/groups/grant", grant)
     app.router.add_post("/v1/groups/wait", wait)
+    app.router.add_post("/v1/groups/admit", admit)
+    app[EVICT_DECIDER] = lambda question: _decide_evict(app, question)
     app[READINESS].append(_not_synced)
     app[METRICS].refreshers.append(lambda: _publish(app))
     app[STATUS_SECTIONS].append(_status_section)
@@ -112,8 +125,17 @@ def install(
         logger.warning("group pacing is off: %s", app[GROUPS].off)
         return
 
+    settings = app[SETTINGS]
+    if settings.leader_ca_file is not None:
+        # Read now, so a missing or bad CA file is a start-up error naming the flag.
+        try:
+            app[GROUPS].leader_ssl = ssl.create_default_context(cafile=str(settings.leader_ca_file))
+        except (OSError, ssl.SSLError) as err:
+            raise ValueError(f"--leader-ca-file: cannot use {settings.leader_ca_file}: {err}") from err
+
     async def run(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession() as session:
+            app[GROUPS].session = session
             async for _ in _running(app, kube.RestClient(session=session, config=config), leader_factory):
                 yield
 
@@ -139,11 +161,20 @@ async def _running(
         pod=lambda key: watch.informer.get(f"{key[0]}/{key[1]}"),
         wall=time.time,
     )
-    groups.watch, groups.leadership, groups.gates = watch, leadership, gates
+    evictions = EvictionReconciler(
+        client=client,
+        pacing=pacing,
+        backoff=app[SETTINGS].eviction_backoff,
+        counted=lambda basis: metrics.grants.labels(basis=basis).inc(),
+        result=lambda result: metrics.evictions.labels(result=result).inc(),
+        released=lambda record, reason, claim: _announce_eviction(watch, record, reason, claim),
+    )
+    groups.watch, groups.leadership, groups.gates, groups.evictions = watch, leadership, gates, evictions
     tasks = [
         asyncio.create_task(watch.run(), name="pod-watch"),
         asyncio.create_task(events.run(), name="events"),
         asyncio.create_task(gates.run(), name="gate-reconciler"),
+        asyncio.create_task(evictions.run(), name="eviction-reconciler"),
         asyncio.create_task(_steward(app), name="group-steward"),
     ]
     election = asyncio.create_task(elect(), name="leader-election") if elect is not None else None
@@ -161,6 +192,19 @@ async def _running(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await events.drain(within=1.0)
+
+
+def _announce_eviction(watch: PodWatch, record: PodRecord, reason: str, claim: Claim | None) -> None:
+    owner = (
+        "its owner's replacement starts in its place"
+        if claim is not None
+        else "it has no owner to replace it"
+    )
+    watch.announce(
+        record,
+        "StaggerReleased",
+        f"released: evicted, {owner} ({reason}); now {watch.describe_pairs(record.pacer_groups + record.bypassed_groups)}",
+    )
 
 
 async def _drain_reservations(pacing: Pacing, *, within: float) -> None:
@@ -200,7 +244,7 @@ async def _steward(app: web.Application) -> None:
         if granting and not pacing.granting:
             logger.info("granting: %d enabled pods in %d groups", len(pacing.book), len(pacing.book.pairs()))
         pacing.set_granting(granting)
-        watch.announce = leading
+        watch.announce_events = leading
         await asyncio.sleep(STEWARD_SECONDS)
 
 
@@ -215,6 +259,7 @@ def _publish(app: web.Application) -> None:
     for state in ("ready", "starting", "held"):
         metrics.group_pods.labels(state=state).set(sum(getattr(row, state) for row in rows))
     metrics.group_waits.set(groups.pacing.waiters)
+    metrics.reservations.set(len(groups.pacing.book.claims()))
 
 
 def _not_synced(app: web.Application) -> str | None:
@@ -230,6 +275,9 @@ def _status_section(app: web.Application) -> tuple[str, dict[str, Any]]:
         return "groups", {"enabled": False, "why": groups.off}
     leadership = groups.leadership
     rows = groups.pacing.rows()
+    now = groups.pacing.clock()
+    claims = groups.pacing.book.claims()
+    evictions = groups.evictions
     return "groups", {
         "enabled": True,
         "leader": None if leadership is None else leadership.leader,
@@ -250,6 +298,30 @@ def _status_section(app: web.Application) -> tuple[str, dict[str, Any]]:
             }
             for row in rows
         ],
+        "reservations": {
+            "count": len(claims),
+            # The newest 100: what /status shows of a large release.
+            "items": [
+                {
+                    "id": claim.id,
+                    "kind": "owner" if claim.owner and not claim.taken else "admitted",
+                    "owner": claim.owner or None,
+                    "groups": [pair_label(pair) for pair in claim.pairs],
+                    "ageSeconds": round(now - claim.since, 1),
+                    "heldForSeconds": None if claim.first_held is None else round(now - claim.first_held, 1),
+                }
+                for claim in claims[-100:]
+            ],
+        },
+        "evictions": None
+        if evictions is None
+        else {
+            "evicted": evictions.stats.evicted,
+            "throttled": evictions.stats.throttled,
+            "gone": evictions.stats.gone,
+            "error": evictions.stats.error,
+            "backingOff": evictions.backing_off(),
+        },
     }
 
 
@@ -312,4 +384,116 @@ async def wait(request: web.Request) -> web.Response:
         return grants.bad_request(str(err))
     found = await request.app[GROUPS].pacing.wait_grantable(keys, within=seconds)
     answer: wire.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
+    return web.json_response(answer)
+
+
+# --- evict mode at admission -----------------------------------------------------------------------------
+
+
+async def _decide_evict(app: web.Application, question: EvictQuestion) -> EvictAnswer:
+    """Let the pod through or hold it: decided here when this replica grants, else by the leader."""
+    groups = app[GROUPS]
+    metrics = app[METRICS]
+    now = time.time()
+    if groups.off is not None:
+        metrics.evict_admissions.labels(outcome="lock", basis="off").inc()
+        return EvictAnswer(outcome="lock", reason=groups.off, now=now)
+    if groups.granting:
+        decision = groups.pacing.admit(
+            pacer_groups=question.pacer_groups,
+            bypassed_groups=question.bypassed_groups,
+            owner=question.owner,
+            dry_run=question.dry_run,
+        )
+        outcome: Literal["admit", "hold"] = "admit" if decision.admit else "hold"
+        metrics.evict_admissions.labels(outcome=outcome, basis=decision.basis).inc()
+        return EvictAnswer(
+            outcome=outcome,
+            reason=decision.reason,
+            now=now,
+            ticket=decision.ticket,
+            held_since=decision.held_since,
+        )
+    answer = await _ask_leader(app, question, now=now)
+    metrics.evict_admissions.labels(
+        outcome=answer.outcome,
+        basis="forwarded" if answer.ticket or answer.outcome == "admit" else "unanswered",
+    ).inc()
+    return answer
+
+
+async def _ask_leader(app: web.Application, question: EvictQuestion, *, now: float) -> EvictAnswer:
+    settings = app[SETTINGS]
+    groups = app[GROUPS]
+    token = app.get(TOKEN)
+    if settings.leader_url is None or groups.session is None or token is None:
+        why = "no --leader-url" if settings.leader_url is None else "no --token-file"
+        return EvictAnswer(
+            outcome="hold", reason=f"this replica does not lead and cannot ask the leader ({why})", now=now
+        )
+    body: wire.AdmitRequestBody = {
+        "pacerGroups": [list(pair) for pair in question.pacer_groups],
+        "bypassedGroups": [list(pair) for pair in question.bypassed_groups],
+        "owner": question.owner,
+        "dryRun": question.dry_run,
+    }
+    url = settings.leader_url.rstrip("/") + "/v1/groups/admit"
+    try:
+        async with groups.session.post(
+            url,
+            json=body,
+            headers={"Authorization": f"Bearer {token.token.decode()}"},
+            ssl=groups.leader_ssl if groups.leader_ssl is not None else True,
+            timeout=aiohttp.ClientTimeout(total=settings.admit_timeout),
+        ) as response:
+            answer = await response.json(content_type=None)
+            if response.status != 200 or not isinstance(answer, dict):
+                error = answer.get("error") if isinstance(answer, dict) else None
+                raise ValueError(f"HTTP {response.status}: {error or 'unexpected answer'}")
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        logger.info(
+            "held a pod in evict mode: the leader could not be asked at %s: %s",
+            url,
+            err or type(err).__name__,
+        )
+        return EvictAnswer(
+            outcome="hold", reason=f"the leader could not be asked: {err or type(err).__name__}", now=now
+        )
+    ticket = answer.get("ticket")
+    held_since = answer.get("heldSince")
+    return EvictAnswer(
+        outcome="admit" if answer.get("admit") is True else "hold",
+        reason=str(answer.get("reason") or ""),
+        now=now,
+        ticket=ticket if isinstance(ticket, str) and ticket else None,
+        held_since=float(held_since)
+        if isinstance(held_since, int | float) and not isinstance(held_since, bool)
+        else None,
+    )
+
+
+async def admit(request: web.Request) -> web.Response:
+    """`POST /v1/groups/admit`: a replica that does not lead asks for an evict-mode admission decision."""
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    try:
+        body = grants.parse_admit(await request.read())
+    except ValueError as err:
+        return grants.bad_request(str(err))
+    groups = request.app[GROUPS]
+    decision = groups.pacing.admit(
+        pacer_groups=[(policy, key) for policy, key in body["pacerGroups"]],
+        bypassed_groups=[(policy, key) for policy, key in body["bypassedGroups"]],
+        owner=body["owner"],
+        dry_run=body["dryRun"],
+    )
+    request.app[METRICS].evict_admissions.labels(
+        outcome="admit" if decision.admit else "hold", basis=decision.basis
+    ).inc()
+    answer: wire.AdmitAnswer = {"admit": decision.admit, "reason": decision.reason}
+    if decision.ticket is not None:
+        answer["ticket"] = decision.ticket
+    if decision.held_since is not None:
+        answer["heldSince"] = decision.held_since
     return web.json_response(answer)

@@ -72,6 +72,28 @@ class Metrics:
         )
         for result in ("ok", "error"):
             self.gate_removals.labels(result=result)
+        self.evictions = Counter(
+            "stagger_controller_evictions",
+            "Held pods evicted (evict mode), by result: evicted, throttled (429: a disruption budget or the "
+            "API server's limits; retried after a back-off), gone (404/409: nothing to evict), error.",
+            ["result"],
+            registry=r,
+        )
+        for result in ("evicted", "throttled", "gone", "error"):
+            self.evictions.labels(result=result)
+        self.evict_admissions = Counter(
+            "stagger_controller_evict_admissions",
+            "Evict-mode admission decisions, by outcome: admit (let through), hold, lock (no group pacing "
+            "here: paced by the init client), and by how: reserved (its owner's reservation), paced, denied, "
+            "forwarded (asked the leader), unanswered (the leader could not be asked in time: held).",
+            ["outcome", "basis"],
+            registry=r,
+        )
+        self.reservations = Gauge(
+            "stagger_controller_reservations",
+            "Places counted for pods not seen yet (evict mode): owners' reservations and admissions.",
+            registry=r,
+        )
         self.group_pods = Gauge(
             "stagger_controller_group_pods",
             "Pods of all staggering groups, by state: ready, starting, held (a pod in two groups counts twice).",

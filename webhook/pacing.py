@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagger import groupbook, pacers
-from stagger.groupbook import Decision, GroupBook, PodKey
+from stagger.groupbook import AdmitDecision, Claim, Decision, GroupBook, PodKey
+from stagger.matching import Pair
 from stagger.names import Names
 from stagger.policy import StaggeringPolicy
 from stagger.waiting import wait_event
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 # How often waiters re-check when nothing changes (time-based room: startTimeout, maxBlockedDuration).
 RECHECK_SECONDS = 1.0
+# How long an evicted pod's uid is remembered, so that a stale watch event (one from before the eviction,
+# delivered late) cannot bring it back into the book as held and get it evicted twice.
+EVICTED_MEMORY_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Pacing:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _grantable: tuple[int, float, tuple[PodKey, ...], frozenset[PodKey]] | None = None
     _waiters: int = 0
+    _evicted: dict[str, float] = field(default_factory=dict)  # uid -> when
 
     # --- the watch ----------------------------------------------------------------------------------
 
@@ -94,7 +99,7 @@ class Pacing:
         """A pod from the watch (ADDED, MODIFIED): its record replaces the old one, or it leaves the
         book when it no longer belongs there (being deleted, no group-key annotation)."""
         record = groupbook.record_from_pod(pod, names=self.names, policies=self.policies)
-        if record is None:
+        if record is None or (record.uid and record.uid in self._evicted):
             self.pod_deleted(pod)
             return
         if self.book.get(record.key) == record:
@@ -105,6 +110,9 @@ class Pacing:
     def pod_deleted(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        known = self.book.get(key)
+        if known is not None and metadata.get("uid") and known.uid != metadata.get("uid"):
+            return  # an older pod of that name (evicted, say): the one in the book is another
         if key in self.book:
             self.book.remove(*key)
             self._bump()
@@ -139,6 +147,45 @@ class Pacing:
         if decision.granted and self.book.reserve(key, now=now):
             self._bump()
         return decision
+
+    def admit(
+        self,
+        *,
+        pacer_groups: Sequence[Pair],
+        bypassed_groups: Sequence[Pair],
+        owner: str,
+        dry_run: bool,
+    ) -> AdmitDecision:
+        """Evict mode, at admission: let a new pod through now (its place claimed) or hold it."""
+        decision = groupbook.admit(
+            self.book,
+            policies=self.policies,
+            pacer_groups=pacer_groups,
+            bypassed_groups=bypassed_groups,
+            owner=owner,
+            now=self.clock(),
+            dry_run=dry_run,
+        )
+        if decision.admit and not dry_run:
+            self._bump()
+        return decision
+
+    def evicted(self, key: PodKey) -> Claim | None:
+        """The held pod `key` was evicted: its place is now its owner's reservation (see GroupBook.evicted),
+        and the pod is not taken back into the book whatever late event arrives for it."""
+        now = self.clock()
+        record = self.book.get(key)
+        if record is None:
+            return None
+        for uid, when in list(self._evicted.items()):
+            if when > now - EVICTED_MEMORY_SECONDS:
+                break  # insertion order is time order
+            del self._evicted[uid]
+        if record.uid:
+            self._evicted[record.uid] = now
+        claim = self.book.evicted(key, now=now)
+        self._bump()
+        return claim
 
     def grantable(self) -> tuple[PodKey, ...]:
         """The held pods that may go now, oldest first (cached per change, recomputed when

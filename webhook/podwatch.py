@@ -100,7 +100,7 @@ class PodWatch:
         self._events = events
         self._host = host
         self._wall = wall
-        self.announce = False  # only the leader writes Events
+        self.announce_events = False  # only the leader writes Events
 
     @property
     def synced(self) -> bool:
@@ -118,28 +118,37 @@ class PodWatch:
             return
         self.pacing.pod_changed(pod)
         new = self.pacing.book.get(key)
-        if not self.announce or self._events is None:
+        if not self.announce_events or self._events is None:
             return
-        event = transition_event(old, new, describe=self._describe)
+        event = transition_event(old, new, describe=self.describe)
         if event is not None and new is not None:
-            reason, message = event
-            self._events.record(
-                pod_event(
-                    pod=PodRef(namespace=new.namespace, name=new.name, uid=new.uid),
-                    reason=reason,
-                    message=message,
-                    component=COMPONENT,
-                    host=self._host,
-                    wall=self._wall(),
-                )
-            )
+            self.announce(new, *event)
 
-    def _describe(self, record: PodRecord) -> str:
+    def announce(self, record: PodRecord, reason: str, message: str) -> None:
+        """Record an Event on the pod (only while this replica leads)."""
+        if not self.announce_events or self._events is None:
+            return
+        self._events.record(
+            pod_event(
+                pod=PodRef(namespace=record.namespace, name=record.name, uid=record.uid),
+                reason=reason,
+                message=message,
+                component=COMPONENT,
+                host=self._host,
+                wall=self._wall(),
+            )
+        )
+
+    def describe(self, record: PodRecord) -> str:
+        """The counts of the pod's groups, for an Event's message."""
+        return self.describe_pairs(record.pacer_groups + record.bypassed_groups)
+
+    def describe_pairs(self, pairs: tuple[tuple[str, str], ...]) -> str:
         pacing = self.pacing
         now = pacing.clock()
         timeouts = {name: policy.start_timeout for name, policy in pacing.policies.items()}
         parts = []
-        for pair in record.pacer_groups + record.bypassed_groups:
+        for pair in pairs:
             counts = pacing.book.counts(pair, now=now, start_timeouts=timeouts)
             parts.append(
                 f"{groupbook.pair_label(pair)} {counts.ready} Ready, {counts.starting} starting, {counts.held} held"

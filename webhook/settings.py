@@ -24,6 +24,7 @@ from stagger.options import (
     boolean,
     file_path,
     host_port,
+    http_url,
     label_prefix,
     one_of,
     read_options,
@@ -106,6 +107,13 @@ class Settings:
     # The controller's own pod (downward API), labelled `<prefix>/leader: "1"` while it leads; None: no label.
     pod_name: str | None = None
     pod_namespace: str | None = None
+    # Evict mode: a replica that does not lead asks the leader (through the leader Service) at admission.
+    leader_url: str | None = None
+    leader_ca_file: Path | None = None
+    admit_timeout: float = 0.5
+    # Evict mode: how long an owner's reservation lasts is groupbook.RESERVATION_SECONDS; how long to wait
+    # before evicting a pod again after the API server refused (429 without Retry-After, 5xx).
+    eviction_backoff: float = 5.0
 
     @property
     def tls(self) -> bool:
@@ -189,6 +197,19 @@ OPTIONS: tuple[Option, ...] = (
            "the leader (default: no label)", _dns_subdomain, "NAME"),
     Option("--pod-namespace", ("STAGGER_POD_NAMESPACE", "POD_NAMESPACE"), "pod_namespace",
            "namespace of --pod-name", _dns_label, "NAMESPACE"),
+    Option("--leader-url", ("STAGGER_LEADER_URL",), "leader_url",
+           "evict mode: where a replica that does not lead asks the leader whether to hold a pod at "
+           "admission (the chart's leader Service); without it such a replica holds every evict-mode pod "
+           "(safe: the leader evicts held pods as their pacers allow)", http_url, "URL"),
+    Option("--leader-ca-file", ("STAGGER_LEADER_CA_FILE",), "leader_ca_file",
+           "CA bundle (PEM) to verify --leader-url with (default: the system's)", file_path, "FILE"),
+    Option("--admit-timeout", ("STAGGER_ADMIT_TIMEOUT",), "admit_timeout",
+           "evict mode: how long admission waits for the leader's answer before holding the pod "
+           "(default 0.5s; keep it well under the webhook's timeoutSeconds)", seconds(at_most=10.0), "DURATION"),
+    Option("--eviction-backoff", ("STAGGER_EVICTION_BACKOFF",), "eviction_backoff",
+           "evict mode: wait at least this long before evicting a pod again after the API server refused "
+           "(429 without Retry-After, 5xx, no answer); doubled each time, up to 1m (default 5s)",
+           seconds(at_most=60.0), "DURATION"),
 )  # fmt: skip
 
 

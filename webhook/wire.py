@@ -15,6 +15,8 @@ __all__ = [
     "KIND",
     "AdmissionRequest",
     "AdmissionResponse",
+    "AdmitAnswer",
+    "AdmitRequestBody",
     "ErrorBody",
     "GroupVersionKind",
     "GroupVersionResource",
@@ -156,3 +158,23 @@ class WaitAnswer(TypedDict):
 class NotLeaderBody(TypedDict):
     error: str
     leader: str | None
+
+
+# --- controller replica -> leader: evict-mode admission (docs/contracts.md) -----------------------------
+
+
+class AdmitRequestBody(TypedDict):
+    """`POST /v1/groups/admit`: a replica that does not lead asks the leader whether to let a pod in evict
+    mode through at admission or to hold it. Pairs are [policy, key]."""
+
+    pacerGroups: list[list[str]]
+    bypassedGroups: list[list[str]]
+    owner: str  # the uid of the pod's controller
+    dryRun: bool
+
+
+class AdmitAnswer(TypedDict):
+    admit: bool
+    reason: str
+    ticket: NotRequired[str]  # the claimed place's id, annotated on the pod
+    heldSince: NotRequired[float]  # epoch seconds: the first hold of the pod's chain

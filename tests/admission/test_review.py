@@ -334,7 +334,8 @@ def test_mixed_modes_and_evict_warn() -> None:
     assert response["warnings"] == [
         "stagger: staggering policy image-pull has mode lock, but evicting (mode evict) matched first; "
         "the pod is paced in mode evict",
-        admission.EVICT_NOT_BUILT_WARNING,
+        "stagger: not held for eviction: a bare pod (no controller owner) would be deleted for good by an "
+        "eviction; paced by its init client (lock mode)",
     ]
     after = patched(pod({**ENABLE, "app": "old", "staggerimages": "1"}), response)
     assert after["metadata"]["labels"][STAGGERED] == "1"  # paced as in lock mode

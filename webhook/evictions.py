@@ -1,0 +1,196 @@
+"""`evict` mode: the leader evicts the oldest held pods as their pacers allow, with the Eviction API, so
+that their owners create replacements, which admission lets through against the owner's reservation.
+
+One eviction per release: a pod is evicted only while it is reserved for this release (`Pacing.grant`),
+never while an eviction of it is in flight, and with `deleteOptions.preconditions.uid` so that a pod
+recreated under the same name (a StatefulSet's) is never evicted in its place (409 instead). Once evicted,
+the pod leaves the book and its place becomes its owner's reservation (`GroupBook.evicted`); late watch
+events for it are ignored (`Pacing.evicted`).
+
+Refusals: 429 (a PodDisruptionBudget, or the API server's own limits) backs off for the Retry-After the
+API server names (`details.retryAfterSeconds`), else `--eviction-backoff` doubled per failure up to a
+minute; 404 and 409 (the pod is gone or is another one now) free the place at once; anything else backs
+off likewise. A pod held by nodeSelector is Pending, and so is a stub pod behind its blocking init
+container: the Eviction API deletes Pending pods without consulting budgets (eviction.go canIgnorePDB),
+so 429s should be rare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import aiohttp
+
+from stagger.groupbook import Claim, PodKey, PodRecord
+from stagger.kube import ApiError, RestClient
+from webhook.pacing import RECHECK_SECONDS, Pacing
+
+__all__ = ["MAX_BACKOFF_SECONDS", "EvictionReconciler", "EvictionResult", "EvictionStats"]
+
+logger = logging.getLogger(__name__)
+
+# Evictions in flight at once: enough to release a large group quickly, few enough to be polite.
+MAX_IN_FLIGHT = 16
+MAX_BACKOFF_SECONDS = 60.0
+
+EvictionResult = Literal["evicted", "throttled", "gone", "error"]
+
+
+@dataclass
+class EvictionStats:
+    evicted: int = 0
+    throttled: int = 0
+    gone: int = 0
+    error: int = 0
+    evicted_uids: list[str] = field(default_factory=list)  # the last few, for tests and /status
+
+    def count(self, result: EvictionResult) -> None:
+        setattr(self, result, getattr(self, result) + 1)
+
+
+@dataclass
+class _Backoff:
+    until: float  # monotonic
+    failures: int
+
+
+class EvictionReconciler:
+    """Runs while this replica leads: whenever the book changes (and every RECHECK_SECONDS, as room also
+    changes with time), the held pods the pacers allow are reserved and evicted."""
+
+    def __init__(
+        self,
+        *,
+        client: RestClient,
+        pacing: Pacing,
+        backoff: float,
+        counted: Callable[[str], None] = lambda basis: None,
+        result: Callable[[EvictionResult], None] = lambda result: None,
+        released: Callable[[PodRecord, str, Claim | None], None] = lambda record, reason, claim: None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._pacing = pacing
+        self._backoff_base = backoff
+        self._counted = counted  # each grant decision, by basis (the grant API's metric)
+        self._result = result  # each eviction, by result
+        self._released = released  # an evicted pod (for its Event)
+        self._monotonic = monotonic
+        self._in_flight: set[PodKey] = set()
+        self._backoffs: dict[PodKey, _Backoff] = {}
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stats = EvictionStats()
+
+    async def run(self) -> None:
+        pacing = self._pacing
+        try:
+            while True:
+                version = pacing.version
+                if pacing.granting:
+                    self._release(self._due())
+                await pacing.changed(since=version, within=RECHECK_SECONDS)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def backing_off(self) -> int:
+        """Held pods waiting out a refused eviction."""
+        now = self._monotonic()
+        return sum(1 for backoff in self._backoffs.values() if backoff.until > now)
+
+    def _due(self) -> list[PodKey]:
+        book = self._pacing.book
+        now = self._monotonic()
+        due: list[PodKey] = []
+        for key in self._pacing.grantable():
+            record = book.get(key)
+            if record is None or not record.evict_hold or key in self._in_flight:
+                continue
+            backoff = self._backoffs.get(key)
+            if backoff is not None and backoff.until > now:
+                continue
+            due.append(key)
+        return due
+
+    def _release(self, keys: Sequence[PodKey]) -> None:
+        for key in keys:
+            record = self._pacing.book.get(key)
+            if record is None:
+                continue
+            decision = self._pacing.grant(namespace=key[0], name=key[1], uid=record.uid)
+            self._counted(decision.basis)
+            if not decision.granted:
+                continue
+            self._in_flight.add(key)
+            task = asyncio.create_task(self._evict(record, decision.reason), name=f"evict {key[0]}/{key[1]}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _refused(self, key: PodKey, result: EvictionResult, *, retry_after: float | None) -> None:
+        # The place is free again at once; no change is signalled, so a pod that keeps being refused is
+        # tried again after its back-off, at the next change or recheck, not in a tight loop.
+        self.stats.count(result)
+        self._result(result)
+        self._pacing.book.unreserve(key)
+        if result == "gone":
+            self._backoffs.pop(key, None)
+            return
+        previous = self._backoffs.get(key)
+        failures = 1 if previous is None else previous.failures + 1
+        delay = min(MAX_BACKOFF_SECONDS, self._backoff_base * 2 ** (failures - 1))
+        if retry_after is not None and retry_after > 0:
+            delay = min(MAX_BACKOFF_SECONDS, retry_after)
+        self._backoffs[key] = _Backoff(until=self._monotonic() + delay, failures=failures)
+
+    async def _evict(self, record: PodRecord, reason: str) -> None:
+        key = record.key
+        try:
+            async with self._slots:
+                try:
+                    await self._client.evict(
+                        namespace=record.namespace, name=record.name, uid=record.uid or None
+                    )
+                except ApiError as err:
+                    if err.status in (404, 409):
+                        self._refused(key, "gone", retry_after=None)
+                        logger.info("%s/%s not evicted, it is gone or another pod now: %s", *key, err)
+                    elif err.status == 429:
+                        self._refused(key, "throttled", retry_after=_retry_after(err))
+                        logger.info("eviction of %s/%s refused for now: %s", *key, err)
+                    else:
+                        self._refused(key, "error", retry_after=None)
+                        logger.warning("could not evict %s/%s: %s", *key, err)
+                    return
+                except (aiohttp.ClientError, TimeoutError) as err:
+                    self._refused(key, "error", retry_after=None)
+                    logger.warning("could not evict %s/%s: %s", *key, err or type(err).__name__)
+                    return
+                self._backoffs.pop(key, None)
+                claim = self._pacing.evicted(key)
+                self.stats.count("evicted")
+                self.stats.evicted_uids = [*self.stats.evicted_uids[-99:], record.uid]
+                self._result("evicted")
+                self._released(record, reason, claim)
+                logger.info(
+                    "released %s/%s (evicted; its owner's replacement goes against reservation %s): %s",
+                    *key,
+                    claim.id if claim is not None else "none",
+                    reason,
+                )
+        finally:
+            self._in_flight.discard(key)
+
+
+def _retry_after(err: ApiError) -> float | None:
+    details = err.body.get("details")
+    value = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
