@@ -18,6 +18,8 @@ from typing import Any
 from sim.cluster.objects import annotations_of, byte_count, cpu_millis, labels_of, meta
 
 INITCLIENT_MARKER = "initclient"
+IDLE_STUB_MARKER = "lockd.idle"
+"""What the command line of evict mode's stub names (``python -m lockd.idle``, ``hold: stub``)."""
 
 
 class EnvError(ValueError):
@@ -147,12 +149,20 @@ def command_line(container: Mapping[str, Any], env: Mapping[str, str]) -> list[s
     return [expand(str(p), env) for p in parts]
 
 
+def _argv_parts(container: Mapping[str, Any]) -> list[str]:
+    return [str(p) for p in [*(container.get("command") or []), *(container.get("args") or [])]]
+
+
+def runs_idle_stub(container: Mapping[str, Any]) -> bool:
+    """Whether this container is evict mode's stub (its command line names ``lockd.idle``): a process that
+    idles until the pod is deleted, then exits 0."""
+    return any(IDLE_STUB_MARKER in p for p in _argv_parts(container))
+
+
 def runs_initclient(container: Mapping[str, Any]) -> bool:
-    """Whether this container runs the stagger init client (its command line mentions ``initclient``)."""
-    return any(
-        INITCLIENT_MARKER in str(p)
-        for p in [*(container.get("command") or []), *(container.get("args") or [])]
-    )
+    """Whether this container runs the stagger init client (its command line mentions ``initclient``);
+    never a stub, whatever its arguments say."""
+    return not runs_idle_stub(container) and any(INITCLIENT_MARKER in p for p in _argv_parts(container))
 
 
 def initclient_args(argv: Sequence[str]) -> list[str]:

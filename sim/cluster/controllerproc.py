@@ -1,11 +1,13 @@
 """The real controller (`python -m webhook`) for a simulated cluster: one process on loopback, serving
 admission and the group grant API over TLS with a CA made for the run, and the MutatingWebhookConfiguration
-that sends the cluster's enabled pods to it (as the Helm chart registers it: objectSelector on the enable
-label, failurePolicy Ignore, a 5 s timeout, reinvocation IfNeeded).
+that sends the cluster's enabled pods (`/mutate/pods`) and Jobs (`/mutate/jobs`, evict mode: evictions not
+counted as failures) to it (as the Helm chart registers it: objectSelector on the enable label,
+failurePolicy Ignore, a 5 s timeout, reinvocation IfNeeded).
 
 lockd processes reach it with `lockd_args()` (URL, bearer token file, CA file). One replica by default,
 with `--no-leader-elect`; several elect a leader on a Lease, behind two proxies that play the chart's
-Services (`ControllerProcess`).
+Services (`ControllerProcess`); the leader's also serves as each replica's `--leader-url` (where a
+replica that is not the leader forwards evict mode's admission decisions).
 """
 
 from __future__ import annotations
@@ -35,6 +37,29 @@ logger = logging.getLogger(__name__)
 
 BANNER = re.compile(r"admission on https://([\d.]+):(\d+)/mutate/pods")
 WEBHOOK_NAME = "pods.stagger.sim"
+JOBS_WEBHOOK_NAME = "jobs.stagger.sim"
+LEADER_URL_FLAG = "--leader-url"
+
+_help_texts: dict[str, str] = {}
+"""`python -m webhook --help` by interpreter, read once: which flags this checkout's controller takes."""
+
+
+async def controller_help(python: str) -> str:
+    """The controller's `--help` text ("" if it cannot be read), so that flags newer than the controller
+    in this checkout are passed only once it takes them."""
+    if python not in _help_texts:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                python, "-m", "webhook", "--help",
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+            _help_texts[python] = out.decode(errors="replace")
+        except (OSError, TimeoutError) as exc:
+            logger.warning("python -m webhook --help: %r", exc)
+            return ""
+    return _help_texts[python]
 
 
 class ControllerError(RuntimeError):
@@ -196,6 +221,7 @@ class ControllerProcess:
         # server never clash.
         self.webhook_name = f"stagger-sim-{run}"
         self.lease_name = f"stagger-sim-{run}"
+        # The argv is completed in start(), once the leader's proxy has a port (`--leader-url`).
         self.replicas = [
             _Replica(
                 argv=self._argv(i), log_file=folder / f"controller-{i}.log", identity=f"sim-controller-{i}"
@@ -208,7 +234,7 @@ class ControllerProcess:
         self._follow: asyncio.Task[None] | None = None
         self._next = 0
 
-    def _argv(self, index: int) -> list[str]:
+    def _argv(self, index: int, *, leader_url: str | None = None) -> list[str]:
         s = self.spec
         argv = [
             s.python, "-m", "webhook",
@@ -221,6 +247,8 @@ class ControllerProcess:
         ]  # fmt: skip
         if s.replicas <= 1:
             return [*argv, "--no-leader-elect"]
+        if leader_url is not None:
+            argv += [LEADER_URL_FLAG, leader_url]
         return [
             *argv,
             "--identity", f"sim-controller-{index}",
@@ -241,13 +269,21 @@ class ControllerProcess:
         return f"https://{self.spec.host}:{port}"
 
     async def start(self, *, client: RestClient | None = None, within: float = 30.0) -> None:
-        await asyncio.gather(*(replica.start(within=within) for replica in self.replicas))
+        """Start the replicas; with several, first the two proxies (the leader's is every replica's
+        `--leader-url`, when the controller takes that flag), and then follow the Lease."""
         if len(self.replicas) > 1:
             assert client is not None, "several replicas need a client to follow their Lease"
             self._admission = TcpProxy(host=self.spec.host, choose=self._any_replica)
             self._grants = TcpProxy(host=self.spec.host, choose=self._leader_port)
             await self._admission.start()
             await self._grants.start()
+            if LEADER_URL_FLAG in await controller_help(self.spec.python):
+                for i, replica in enumerate(self.replicas):
+                    replica.argv = self._argv(i, leader_url=self.url)
+            else:
+                logger.info("this controller has no %s: its replicas run without", LEADER_URL_FLAG)
+        await asyncio.gather(*(replica.start(within=within) for replica in self.replicas))
+        if client is not None and len(self.replicas) > 1:
             self._follow = asyncio.create_task(self._follow_lease(client), name="controller-lease")
 
     def _any_replica(self) -> int | None:
@@ -287,35 +323,43 @@ class ControllerProcess:
         ]  # fmt: skip
 
     def webhook_configuration(self) -> Obj:
+        """Pods (`/mutate/pods`) and Jobs (`/mutate/jobs`: an Ignore rule for DisruptionTarget in the
+        Job's podFailurePolicy, so that evict mode's evictions are not failures), both CREATE only, on
+        the enable label; failurePolicy Ignore, so a controller without the Jobs route (404) admits
+        Jobs unchanged."""
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": self.webhook_name},
             "webhooks": [
+                self._webhook(WEBHOOK_NAME, path="/mutate/pods", group="", resource="pods"),
+                self._webhook(JOBS_WEBHOOK_NAME, path="/mutate/jobs", group="batch", resource="jobs"),
+            ],
+        }
+
+    def _webhook(self, name: str, *, path: str, group: str, resource: str) -> Obj:
+        return {
+            "name": name,
+            "clientConfig": {
+                "url": f"{self.admission_url}{path}",
+                "caBundle": base64.b64encode(self._ca.cert_pem.bytes()).decode(),
+            },
+            "rules": [
                 {
-                    "name": WEBHOOK_NAME,
-                    "clientConfig": {
-                        "url": f"{self.admission_url}/mutate/pods",
-                        "caBundle": base64.b64encode(self._ca.cert_pem.bytes()).decode(),
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                            "scope": "Namespaced",
-                        }
-                    ],
-                    "objectSelector": {"matchLabels": {self.spec.names.enable_label: "1"}},
-                    "failurePolicy": "Ignore",
-                    "timeoutSeconds": 5,
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "reinvocationPolicy": "IfNeeded",
-                    "matchPolicy": "Equivalent",
+                    "apiGroups": [group],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": [resource],
+                    "scope": "Namespaced",
                 }
             ],
+            "objectSelector": {"matchLabels": {self.spec.names.enable_label: "1"}},
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "reinvocationPolicy": "IfNeeded",
+            "matchPolicy": "Equivalent",
         }
 
     def log_tail(self, lines: int = 20) -> str:

@@ -1,10 +1,13 @@
 """A simulated kubelet for one node: runs its pods' containers and reports their status over the API.
 
 Init containers run in order. One whose command line names the stagger init client runs the REAL
-init client as a process (``sim.cluster.initproc``); its exit code is the container's. Every other
-container follows the start-up model (``sim.cluster.startup``), which shares the node's cores among the
-containers starting at the same time. The kubelet wakes up on pod events, on the model's next event
-and on subprocess exits, so simulated timings do not depend on a polling period.
+init client as a process (``sim.cluster.initproc``); its exit code is the container's. One whose command
+line names ``lockd.idle`` is evict mode's stub (``hold: stub``): it runs, never Ready, using no CPU, until
+the pod is deleted, and then exits 0; as an init container it keeps the pod in Init (Pending,
+Initialized False) until then. Every other container follows the start-up model
+(``sim.cluster.startup``), which shares the node's cores among the containers starting at the same time.
+The kubelet wakes up on pod events, on the model's next event and on subprocess exits, so simulated
+timings do not depend on a polling period.
 
 When a pod is being deleted its containers are stopped, its final status written, then it is deleted
 with ``gracePeriodSeconds=0``. While lockd has no pod watch of its own, the kubelet also frees the
@@ -27,9 +30,7 @@ import aiohttp
 
 from sim.cluster import podparams
 from sim.cluster.clock import SimClock
-from sim.cluster.containerenv import (
-    runs_initclient,
-)
+from sim.cluster.containerenv import runs_idle_stub, runs_initclient
 from sim.cluster.initproc import InitClientRunner, InitResult, LaunchGate, stop_process
 from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.podstatus import (
@@ -103,8 +104,11 @@ class PodRuntime:
     init_views: list[ContainerView]
     main_names: list[str]
     main_images: list[str]
+    stub_mains: frozenset[str] = frozenset()
+    """Main containers that are evict mode's stub: running from ``main_started_at`` on, outside the model."""
     init_index: int = 0
     main_started: bool = False
+    main_started_at: float | None = None
     task: asyncio.Task[InitResult] | None = None
     process: asyncio.subprocess.Process | None = None
     retry_at: float | None = None
@@ -260,6 +264,7 @@ class Kubelet:
             ],
             main_names=[str(c.get("name")) for c in mains],
             main_images=[str(c.get("image", "")) for c in mains],
+            stub_mains=frozenset(str(c.get("name")) for c in mains if runs_idle_stub(c)),
             uses_stagger=any(runs_initclient(c) for c in inits),
         )
         self.runtimes[rt.uid] = rt
@@ -285,6 +290,9 @@ class Kubelet:
         inits = list((rt.pod.get("spec") or {}).get("initContainers") or [])
         while rt.init_index < len(inits):
             container = inits[rt.init_index]
+            if runs_idle_stub(container):
+                self._progress_stub_init(rt, now)
+                return
             if runs_initclient(container):
                 if not self._progress_initclient(rt, container, now):
                     return
@@ -293,13 +301,22 @@ class Kubelet:
             rt.init_index += 1
         if not rt.main_started:
             rt.main_started = True
+            rt.main_started_at = now
             try:
                 spec = podparams.container_spec(rt.pod)
             except podparams.AnnotationError as exc:
                 logger.warning("%s: pod %s: %s; using the defaults", self.settings.node_name, rt.key, exc)
                 spec = podparams.container_spec({"spec": rt.pod.get("spec")})
             for name in rt.main_names:
-                self.model = start_container(self.model, key=model_key(rt.uid, name), spec=spec)
+                if name not in rt.stub_mains:
+                    self.model = start_container(self.model, key=model_key(rt.uid, name), spec=spec)
+
+    def _progress_stub_init(self, rt: PodRuntime, now: float) -> None:
+        """Evict mode's blocking init container: running from now on, never completing (the pod stays in
+        Init); it stops only when the pod is deleted (``_terminate``)."""
+        view = rt.init_views[rt.init_index]
+        if view.state != "running":
+            rt.init_views[rt.init_index] = replace(_reset(view), state="running", reason="", started_at=now)
 
     def _progress_initclient(self, rt: PodRuntime, container: Mapping[str, Any], now: float) -> bool:
         """Drive the init client container; True once it has completed."""
@@ -430,6 +447,13 @@ class Kubelet:
     def _main_views(self, rt: PodRuntime) -> list[ContainerView]:
         views = []
         for name, image in zip(rt.main_names, rt.main_images, strict=True):
+            if name in rt.stub_mains and rt.main_started:
+                views.append(
+                    ContainerView(
+                        name=name, image=image, state="running", reason="", started_at=rt.main_started_at
+                    )
+                )
+                continue
             state = self.model.containers.get(model_key(rt.uid, name))
             if state is None:
                 views.append(waiting(name, image, reason="PodInitializing"))
@@ -499,8 +523,13 @@ class Kubelet:
             await self._stop_init(rt)
             now = self.clock.now()
             self._advance(now)
-            main = [killed(v, now=now) for v in self._main_views(rt)]
-            init = [killed(v, now=now) if v.state == "running" else v for v in rt.init_views]
+            inits = (rt.pod.get("spec") or {}).get("initContainers") or []
+            init_stubs = {str(c.get("name")) for c in inits if runs_idle_stub(c)}
+            main = [_stop(v, now=now, stub=v.name in rt.stub_mains) for v in self._main_views(rt)]
+            init = [
+                _stop(v, now=now, stub=v.name in init_stubs, init=True) if v.state == "running" else v
+                for v in rt.init_views
+            ]
             for name in rt.main_names:
                 self.model = remove_container(self.model, key=model_key(rt.uid, name))
             for view in rt.init_views:
@@ -594,6 +623,14 @@ class Kubelet:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _stop(view: ContainerView, *, now: float, stub: bool, init: bool = False) -> ContainerView:
+    """A container stopped because its pod is being deleted: SIGTERM kills an ordinary one (143); a running
+    stub (``lockd.idle``) handles it and exits 0 (an init container that exited 0 is reported ready)."""
+    if stub and view.state == "running":
+        return replace(view, state="terminated", reason="Completed", exit_code=0, finished_at=now, ready=init)
+    return killed(view, now=now)
 
 
 def _reset(view: ContainerView) -> ContainerView:

@@ -270,7 +270,9 @@ class SimCluster:
         self.controller = controller
         await controller.start(client=self._client)
         await self._client.create(MUTATING_WEBHOOKS, controller.webhook_configuration())
-        logger.info("controller on %s, registered as the mutating webhook for enabled pods", controller.url)
+        logger.info(
+            "controller on %s, registered as the mutating webhook for enabled pods and Jobs", controller.url
+        )
         return controller.lockd_args()
 
     async def _stop(self) -> None:

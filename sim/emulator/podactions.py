@@ -15,7 +15,9 @@ from stagger.podstate import is_pod_ready
 
 
 def can_ignore_budget(pod: Obj) -> bool:
-    """canIgnorePDB: a pod that is not running (yet or any more), or already terminating."""
+    """canIgnorePDB: a pod that is not running (yet or any more), or already terminating. Such a pod is
+    deleted without looking at its budget (which is not used up): a Pending pod held unscheduled or in
+    Init (stagger's evict mode) goes even when its budget allows no disruption."""
     phase = (pod.get("status") or {}).get("phase")
     return phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
 
@@ -64,6 +66,9 @@ def evict(
     options.pop("preconditions", None)
     if not can_ignore_budget(pod):
         _budget_allows(registry, pod, now=now, dry_run=dry_run)
+    # addConditionAndDeletePod, on both paths (budget ignored or allowing): DisruptionTarget first (not on
+    # a dry run), then the delete, which is at once for a pod on no node (or terminal), graceful otherwise
+    # (Registry._pod_grace: podStrategy.CheckGracefulDelete).
     if not dry_run:
         with_condition = copy.deepcopy(pod)
         set_pod_condition(

@@ -13,6 +13,7 @@ from sim.cluster.containerenv import (
     expand,
     initclient_args,
     resolve_env,
+    runs_idle_stub,
     runs_initclient,
 )
 from sim.cluster.scenario import initclient_container
@@ -140,3 +141,13 @@ def test_initclient_detection_and_args() -> None:
     assert not runs_initclient({"command": ["java", "-jar", "app.jar"]})
     assert initclient_args(["python", "-m", "initclient", "--max-wait", "5s"]) == ["--max-wait", "5s"]
     assert initclient_args(["java"]) == []
+
+
+def test_evict_modes_stub_is_told_apart_from_the_init_client() -> None:
+    stub = {"name": "stagger-hold", "command": ["python", "-m", "lockd.idle"]}
+    assert runs_idle_stub(stub) and not runs_initclient(stub)
+    assert runs_idle_stub({"command": ["sh", "-c", "exec python -m lockd.idle"]})
+    # A stub keeps no argument of the container it replaced, but even one naming the init client is a stub.
+    assert not runs_initclient({"command": ["python", "-m", "lockd.idle"], "args": ["--initclient"]})
+    assert not runs_idle_stub({"command": ["python", "-m", "initclient"]})
+    assert not runs_idle_stub({"command": ["python", "-m", "lockd"], "args": ["--idle"]})

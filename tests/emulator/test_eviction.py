@@ -280,3 +280,51 @@ def test_budget_arithmetic(spec: dict[str, Any], ready: int, expected: tuple[int
     ) == expected
     assert status["observedGeneration"] == 1
     assert scaled("10%", 15) == 2
+
+
+def test_pending_pods_go_in_spite_of_a_budget_that_allows_none_and_are_marked_first(
+    core: Core, http: Http
+) -> None:
+    """eviction.go: canIgnorePDB (Pending, Succeeded, Failed or terminating) skips the budget, and
+    addConditionAndDeletePod still writes DisruptionTarget (EvictionByEvictionAPI) before the delete; the
+    budget is not used up. An unbound pod is deleted at once, a bound one (in Init) gracefully."""
+    owner = replicaset(http, 3)
+    running_pod(core, "ready", owner=owner)
+    for name in ("unscheduled", "in-init"):
+        manifest = pod(name, labels={"app": "web"})
+        manifest["metadata"]["ownerReferences"] = [owner]
+        core.create_namespaced_pod("default", manifest)
+    core.create_namespaced_pod_binding(
+        "in-init",
+        "default",
+        {"metadata": {"name": "in-init"}, "target": {"name": "n1"}},
+        _preload_content=False,
+    )
+    make_pdb(http, minAvailable=1)
+    status = http.get(f"{PDBS}/web").json()["status"]
+    assert (status["currentHealthy"], status["desiredHealthy"], status["disruptionsAllowed"]) == (1, 1, 0)
+    assert evict(http, "ready").status_code == 429
+
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    assert evict(http, "unscheduled").status_code == 201
+    stream = http.get(
+        f"{PODS}?watch=1&resourceVersion={rv}&timeoutSeconds=1&fieldSelector=metadata.name%3Dunscheduled",
+        stream=True,
+    )
+    events = [json.loads(line) for line in stream.iter_lines() if line]
+    # The condition first; then the deletion (grace 0: the deletionTimestamp write, then the delete).
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert "deletionTimestamp" not in events[0]["object"]["metadata"]
+    [target] = [c for c in events[0]["object"]["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"], target["message"]) == (
+        "True",
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
+
+    assert evict(http, "in-init").status_code == 201
+    marked = core.read_namespaced_pod("in-init", "default")
+    assert marked.status.phase == "Pending" and marked.metadata.deletion_timestamp is not None
+    assert any(c.type == "DisruptionTarget" and c.status == "True" for c in marked.status.conditions)
+    status = http.get(f"{PDBS}/web").json()["status"]
+    assert status["disruptionsAllowed"] == 0 and not status.get("disruptedPods")
