@@ -14,7 +14,7 @@ from typing import Any
 
 from stagger import groupbook
 from stagger.events import EventRecorder, PodRef, pod_event
-from stagger.groupbook import PodRecord
+from stagger.groupbook import PodRecord, controller_of
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
@@ -30,7 +30,7 @@ COMPONENT = "stagger-controller"
 
 def slim_pod(pod: Mapping[str, Any], *, names: Names) -> Obj:
     """What the controller keeps of a pod. Pure. Annotations and labels under other prefixes, the spec
-    beyond scheduling gates and node, and every status field but phase and the Ready condition are dropped."""
+    beyond scheduling gates and node, owner references but the controller's, and every status field but phase and the Ready condition are dropped."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -44,6 +44,12 @@ def slim_pod(pod: Mapping[str, Any], *, names: Names) -> Obj:
     slim_meta["annotations"] = {
         k: v for k, v in (metadata.get("annotations") or {}).items() if k.startswith(ours)
     }
+    owner = controller_of(metadata)
+    if owner is not None:
+        # Evict mode: an evicted pod's place is reserved for its controller's replacement.
+        slim_meta["ownerReferences"] = [
+            {key: owner[key] for key in ("apiVersion", "kind", "name", "uid", "controller") if key in owner}
+        ]
     slim_spec: dict[str, Any] = {}
     if spec.get("schedulingGates"):
         slim_spec["schedulingGates"] = spec["schedulingGates"]
