@@ -743,8 +743,10 @@ def record_from_pod(
         # Evict mode: a replacement held again keeps the first hold time of its chain.
         since_text = annotations.get(names.held_since_annotation)
         since = parse_rfc3339(since_text) if isinstance(since_text, str) else None
-        if since is not None and since < created:
-            created = since
+        # creationTimestamp has whole seconds; held-since (written by admission, which overwrites any
+        # the pod came with) is finer, and earlier for a chain. Never later than creation's second.
+        if since is not None:
+            created = min(since, created + 1.0)
     ticket = annotations.get(names.ticket_annotation)
     conditions = status.get("conditions")
     ready = isinstance(conditions, Sequence) and any(

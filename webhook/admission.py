@@ -543,7 +543,8 @@ def job_mutation(
     because the first matching rule decides), and mark the template `<prefix>/evictable: "1"` so that its
     pods may be held. Left alone, with a warning, when Kubernetes would not take a podFailurePolicy
     (restartPolicy other than Never) or when the Job has its own DisruptionTarget rule that is not Ignore:
-    its pods are then paced by their init client (lock mode)."""
+    its pods are then paced by their init client (lock mode). A Job given a podFailurePolicy here also gets
+    `podReplacementPolicy: Failed`, the only value Kubernetes allows with one."""
     spec = job.get("spec")
     template = spec.get("template") if isinstance(spec, Mapping) else None
     if not isinstance(spec, Mapping) or not isinstance(template, Mapping):
@@ -589,6 +590,11 @@ def job_mutation(
             ops.append(_add("/spec/podFailurePolicy/rules", [DISRUPTION_IGNORE_RULE]))
         else:
             ops.append(_add("/spec/podFailurePolicy", {"rules": [DISRUPTION_IGNORE_RULE]}))
+        if spec.get("podReplacementPolicy") != "Failed":
+            # The API server defaulted it to TerminatingOrFailed before admission (no podFailurePolicy then),
+            # and a Job with a podFailurePolicy may only have Failed (apis/batch/validation
+            # validatePodReplacementPolicy): without this the Job would be refused.
+            ops.append(_add("/spec/podReplacementPolicy", "Failed"))
     annotations = template_meta.get("annotations")
     if isinstance(annotations, Mapping):
         path = f"/spec/template/metadata/annotations/{escape_pointer(names.evictable_annotation)}"

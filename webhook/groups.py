@@ -414,23 +414,25 @@ async def _decide_evict(app: web.Application, question: EvictQuestion) -> EvictA
             ticket=decision.ticket,
             held_since=decision.held_since,
         )
-    answer = await _ask_leader(app, question, now=now)
+    answer, answered = await _ask_leader(app, question, now=now)
     metrics.evict_admissions.labels(
-        outcome=answer.outcome,
-        basis="forwarded" if answer.ticket or answer.outcome == "admit" else "unanswered",
+        outcome=answer.outcome, basis="forwarded" if answered else "unanswered"
     ).inc()
     return answer
 
 
-async def _ask_leader(app: web.Application, question: EvictQuestion, *, now: float) -> EvictAnswer:
+async def _ask_leader(
+    app: web.Application, question: EvictQuestion, *, now: float
+) -> tuple[EvictAnswer, bool]:
+    """The leader's answer, and whether it came (if not: hold, and say why)."""
     settings = app[SETTINGS]
     groups = app[GROUPS]
     token = app.get(TOKEN)
     if settings.leader_url is None or groups.session is None or token is None:
         why = "no --leader-url" if settings.leader_url is None else "no --token-file"
-        return EvictAnswer(
-            outcome="hold", reason=f"this replica does not lead and cannot ask the leader ({why})", now=now
-        )
+        reason = f"this replica does not lead and cannot ask the leader ({why})"
+        logger.info("held a pod in evict mode: %s", reason)
+        return EvictAnswer(outcome="hold", reason=reason, now=now), False
     body: wire.AdmitRequestBody = {
         "pacerGroups": [list(pair) for pair in question.pacer_groups],
         "bypassedGroups": [list(pair) for pair in question.bypassed_groups],
@@ -456,20 +458,19 @@ async def _ask_leader(app: web.Application, question: EvictQuestion, *, now: flo
             url,
             err or type(err).__name__,
         )
-        return EvictAnswer(
-            outcome="hold", reason=f"the leader could not be asked: {err or type(err).__name__}", now=now
-        )
+        reason = f"the leader could not be asked: {err or type(err).__name__}"
+        return EvictAnswer(outcome="hold", reason=reason, now=now), False
     ticket = answer.get("ticket")
     held_since = answer.get("heldSince")
-    return EvictAnswer(
+    carried = held_since if isinstance(held_since, int | float) and not isinstance(held_since, bool) else None
+    decided = EvictAnswer(
         outcome="admit" if answer.get("admit") is True else "hold",
         reason=str(answer.get("reason") or ""),
         now=now,
         ticket=ticket if isinstance(ticket, str) and ticket else None,
-        held_since=float(held_since)
-        if isinstance(held_since, int | float) and not isinstance(held_since, bool)
-        else None,
+        held_since=None if carried is None else float(carried),
     )
+    return decided, True
 
 
 async def admit(request: web.Request) -> web.Response:

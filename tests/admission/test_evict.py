@@ -276,6 +276,8 @@ def job(
     }
     if failure_policy is not None:
         spec["podFailurePolicy"] = failure_policy
+    # As the API server defaults it before admission (batch/v1 SetDefaults_Job).
+    spec["podReplacementPolicy"] = "TerminatingOrFailed" if failure_policy is None else "Failed"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -326,6 +328,7 @@ def test_a_job_gets_the_ignore_rule(failure_policy: dict[str, Any] | None, rules
     after = patched(obj, response)
     validate(after)
     assert after["spec"]["podFailurePolicy"]["rules"] == rules
+    assert after["spec"]["podReplacementPolicy"] == "Failed"  # the only value allowed with a podFailurePolicy
     assert after["spec"]["template"]["metadata"]["annotations"] == {f"{P}/evictable": "1"}
 
 
