@@ -6,7 +6,8 @@ StaggerReleased Event, the evictions metric, an owner's reservation in `/status`
 replacement is let through against that reservation, carrying the first hold time, while another owner's
 pod is held. A replica that does not lead asks the leader (`POST /v1/groups/admit`, token and TLS), and
 holds the pod when it has no leader to ask. The admit API refuses without the token and names a bad
-field. The jobs webhook adds the DisruptionTarget Ignore rule to an enabled Job the emulator stores."""
+field. The jobs webhook adds the DisruptionTarget Ignore rule to an enabled Job the emulator stores. An
+eviction refused by a disruption budget (429) frees the place, backs off and is retried until it works."""
 
 from __future__ import annotations
 
@@ -262,3 +263,47 @@ async def test_the_jobs_webhook_adds_the_ignore_rule(leader: tuple[Api, Controll
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],  # defaulted by the API server
     }
     assert created["spec"]["template"]["metadata"]["annotations"][NAMES.evictable_annotation] == "1"
+
+
+async def test_a_refused_eviction_backs_off_and_is_retried(tmp_path: Path) -> None:
+    async with (
+        ApiServer() as server,
+        running_controller(
+            server=server,
+            tmp_path=tmp_path,
+            policies=POLICY,
+            extra=("--no-leader-elect", "--eviction-backoff", "0.2s"),
+        ) as controller,
+    ):
+        api = Api(server, controller.session)
+        await api.create_pod(owned("web-a", "web"))
+        assert held(await api.create_pod(owned("web-b", "web")))
+        # A held pod that runs (as a stub pod could, had its init container been changed by hand) is
+        # guarded by its disruption budget: the Eviction API answers 429.
+        status, body = await api.call(
+            "PATCH",
+            PODS.format(namespace="default") + "/web-b/status",
+            {"status": {"phase": "Running"}},
+            content_type="application/merge-patch+json",
+        )
+        assert status == 200, body
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web"},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "web"}}},
+        }
+        status, body = await api.call(
+            "POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", budget
+        )
+        assert status == 201, body
+        await api.make_ready("web-a")
+        section = await controller.until(lambda groups: groups["evictions"]["throttled"] >= 2)
+        assert section["evictions"]["evicted"] == 0 and section["reservations"]["count"] == 0
+        status, _ = await api.call("GET", PODS.format(namespace="default") + "/web-b")
+        assert status == 200
+        status, body = await api.call("DELETE", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web")
+        assert status == 200, body
+        await until_gone(api, "web-b")
+        section = await controller.until(lambda groups: groups["evictions"]["evicted"] == 1)
+        assert await metric(controller, 'stagger_controller_evictions_total{result="throttled"}') >= 2
