@@ -23,7 +23,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
-        print("usage: python -m lockd.idle\n\nIdles until SIGTERM or SIGINT, then exits 0 (evict mode's stub).")
+        print(
+            "usage: python -m lockd.idle\n\nIdles until SIGTERM or SIGINT, then exits 0 (evict mode's stub)."
+        )
         return 0
     while True:
         signal.pause()
