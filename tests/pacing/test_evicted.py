@@ -1,0 +1,80 @@
+"""The leader's pacing state around an eviction (webhook.pacing): an evicted pod leaves the book and its
+place becomes its owner's reservation; a late watch event of that pod (from before the eviction,
+delivered after it) does not bring it back as held, so it cannot be evicted twice for one release; the
+DELETED event of the old pod leaves a new pod of the same name (a StatefulSet's) alone; admission in
+evict mode claims a place and signals the change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stagger.names import Names
+from stagger.policy import MaxConcurrentPacer, StaggeringPolicy
+from stagger.selectors import LabelSelector
+from stagger.timestamps import format_rfc3339
+from webhook.pacing import Pacing
+
+NAMES = Names()
+P = NAMES.prefix
+T0 = 1_700_000_000.0
+POLICY = StaggeringPolicy(
+    name="one", label_selector=LabelSelector(), pacer=MaxConcurrentPacer(value=1), mode="evict"
+)
+
+
+def pod(name: str, uid: str, *, held: bool = False, ready: bool = False) -> dict[str, Any]:
+    labels = {f"{P}/enable": "1"}
+    annotations = {f"{P}/group-key": '{"one":""}'}
+    if held:
+        labels[f"{P}/staggered"] = "1"
+        annotations[f"{P}/hold"] = "nodeSelector"
+    return {
+        "metadata": {
+            "namespace": "db",
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": format_rfc3339(T0 - 10, digits=0),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"kind": "StatefulSet", "name": "db", "uid": "sts-1", "controller": True}],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def pacing() -> Pacing:
+    return Pacing(names=NAMES, policies={POLICY.name: POLICY}, clock=lambda: T0)
+
+
+def test_a_late_event_of_an_evicted_pod_is_ignored() -> None:
+    state = pacing()
+    state.pod_changed(pod("db-0", "old", held=True))
+    assert state.grantable() == (("db", "db-0"),)
+    assert state.grant(namespace="db", name="db-0", uid="old").granted
+    version = state.version
+    claim = state.evicted(("db", "db-0"))
+    assert claim is not None and claim.owner == "sts-1" and state.version > version
+    assert ("db", "db-0") not in state.book
+    state.pod_changed(pod("db-0", "old", held=True))  # stale MODIFIED, delivered late
+    assert ("db", "db-0") not in state.book and state.grantable() == ()
+    # The replacement (same name, new uid) is admitted against the reservation and shows up.
+    decision = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="sts-1", dry_run=False)
+    assert decision.admit and decision.ticket == claim.id
+    replacement = pod("db-0", "new")
+    replacement["metadata"]["annotations"][f"{P}/ticket"] = claim.id
+    state.pod_changed(replacement)
+    assert state.book.get(("db", "db-0")) is not None and state.book.claims() == []
+    # The old pod's DELETED event arrives last: the new one stays.
+    state.pod_deleted(pod("db-0", "old"))
+    record = state.book.get(("db", "db-0"))
+    assert record is not None and record.uid == "new"
+
+
+def test_admission_claims_and_signals() -> None:
+    state = pacing()
+    version = state.version
+    dry = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="rs", dry_run=True)
+    assert dry.admit and state.version == version and state.book.claims() == []
+    real = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="rs", dry_run=False)
+    assert real.admit and state.version > version and len(state.book.claims()) == 1
+    assert not state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="rs", dry_run=False).admit
