@@ -38,28 +38,6 @@ logger = logging.getLogger(__name__)
 BANNER = re.compile(r"admission on https://([\d.]+):(\d+)/mutate/pods")
 WEBHOOK_NAME = "pods.stagger.sim"
 JOBS_WEBHOOK_NAME = "jobs.stagger.sim"
-LEADER_URL_FLAG = "--leader-url"
-
-_help_texts: dict[str, str] = {}
-"""`python -m webhook --help` by interpreter, read once: which flags this checkout's controller takes."""
-
-
-async def controller_help(python: str) -> str:
-    """The controller's `--help` text ("" if it cannot be read), so that flags newer than the controller
-    in this checkout are passed only once it takes them."""
-    if python not in _help_texts:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                python, "-m", "webhook", "--help",
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
-            _help_texts[python] = out.decode(errors="replace")
-        except (OSError, TimeoutError) as exc:
-            logger.warning("python -m webhook --help: %r", exc)
-            return ""
-    return _help_texts[python]
 
 
 class ControllerError(RuntimeError):
@@ -248,7 +226,7 @@ class ControllerProcess:
         if s.replicas <= 1:
             return [*argv, "--no-leader-elect"]
         if leader_url is not None:
-            argv += [LEADER_URL_FLAG, leader_url]
+            argv += ["--leader-url", leader_url, "--leader-ca-file", str(self.ca_file)]
         return [
             *argv,
             "--identity", f"sim-controller-{index}",
@@ -270,18 +248,15 @@ class ControllerProcess:
 
     async def start(self, *, client: RestClient | None = None, within: float = 30.0) -> None:
         """Start the replicas; with several, first the two proxies (the leader's is every replica's
-        `--leader-url`, when the controller takes that flag), and then follow the Lease."""
+        `--leader-url`), and then follow the Lease."""
         if len(self.replicas) > 1:
             assert client is not None, "several replicas need a client to follow their Lease"
             self._admission = TcpProxy(host=self.spec.host, choose=self._any_replica)
             self._grants = TcpProxy(host=self.spec.host, choose=self._leader_port)
             await self._admission.start()
             await self._grants.start()
-            if LEADER_URL_FLAG in await controller_help(self.spec.python):
-                for i, replica in enumerate(self.replicas):
-                    replica.argv = self._argv(i, leader_url=self.url)
-            else:
-                logger.info("this controller has no %s: its replicas run without", LEADER_URL_FLAG)
+            for i, replica in enumerate(self.replicas):
+                replica.argv = self._argv(i, leader_url=self.url)
         await asyncio.gather(*(replica.start(within=within) for replica in self.replicas))
         if client is not None and len(self.replicas) > 1:
             self._follow = asyncio.create_task(self._follow_lease(client), name="controller-lease")

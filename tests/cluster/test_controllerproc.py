@@ -1,6 +1,6 @@
 """The real controller's stand-in set-up (`sim.cluster.controllerproc`), without starting it: the
 MutatingWebhookConfiguration (pods, and Jobs for evict mode) and each replica's command line
-(`--leader-url` to the leader's proxy with several replicas, when the controller takes the flag)."""
+(`--leader-url` to the leader's proxy with several replicas, verified with the run's CA)."""
 
 from __future__ import annotations
 
@@ -70,21 +70,12 @@ class _NoLease:
         raise ApiError(status=404, reason="NotFound", message="", body={})
 
 
-@pytest.mark.parametrize("takes_flag", [True, False])
-async def test_replicas_forward_to_the_leaders_proxy_when_the_controller_takes_the_flag(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, takes_flag: bool
-) -> None:
-    help_text = "usage: ... [--leader-url URL] [--admit-timeout DURATION]" if takes_flag else "usage: ..."
-
-    async def fake_help(_python: str) -> str:
-        return help_text
-
+async def test_replicas_forward_to_the_leaders_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[list[str]] = []
 
     async def fake_start(self: Any, *, within: float) -> None:
         started.append(list(self.argv))
 
-    monkeypatch.setattr(controllerproc, "controller_help", fake_help)
     monkeypatch.setattr(controllerproc._Replica, "start", fake_start)
     controller = ControllerProcess(spec(tmp_path, replicas=2))
     try:
@@ -94,9 +85,7 @@ async def test_replicas_forward_to_the_leaders_proxy_when_the_controller_takes_t
         assert leader_url.startswith("https://127.0.0.1:") and leader_url != "https://127.0.0.1:0"
         for i, argv in enumerate(started):
             assert argv[argv.index("--identity") + 1] == f"sim-controller-{i}"
-            if takes_flag:
-                assert argv[argv.index("--leader-url") + 1] == leader_url
-            else:
-                assert "--leader-url" not in argv
+            assert argv[argv.index("--leader-url") + 1] == leader_url
+            assert argv[argv.index("--leader-ca-file") + 1] == str(controller.ca_file)
     finally:
         await controller.stop(grace=1)
