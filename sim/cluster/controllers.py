@@ -1,4 +1,5 @@
-"""The simulated kube-controller-manager: Deployment, ReplicaSet, Job, DaemonSet and garbage collector.
+"""The simulated kube-controller-manager: Deployment, ReplicaSet, StatefulSet, Job, DaemonSet and garbage
+collector.
 
 One list+watch per kind; every controller re-reconciles all its objects when anything changes
 (level-triggered, events coalesced) with the pure decisions of ``sim.cluster.workloads.actions``, then writes.
@@ -23,6 +24,7 @@ from sim.cluster.workloads.deployment import reconcile_deployment
 from sim.cluster.workloads.garbage import orphans
 from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
 from sim.cluster.workloads.replicaset import reconcile_replicaset
+from sim.cluster.workloads.statefulset import STATEFULSETS, reconcile_statefulset
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import (
     BY_KIND,
@@ -42,7 +44,8 @@ from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
 
-OWNER_KINDS = {"ReplicaSet", "Deployment", "Job", "DaemonSet"}
+OWNER_KINDS = {"ReplicaSet", "Deployment", "StatefulSet", "Job", "DaemonSet"}
+OWNER_RESOURCES: dict[str, Resource] = {**BY_KIND, STATEFULSETS.kind: STATEFULSETS}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class ControllerManager:
         self.deployments = informer(DEPLOYMENTS)
         self.jobs = informer(JOBS)
         self.daemonsets = informer(DAEMONSETS)
+        self.statefulsets = informer(STATEFULSETS)
         self.informers = [
             self.pods,
             self.nodes,
@@ -81,6 +85,7 @@ class ControllerManager:
             self.deployments,
             self.jobs,
             self.daemonsets,
+            self.statefulsets,
         ]
         self.job_memory: dict[str, JobMemory] = {}
         self._limit = asyncio.Semaphore(settings.write_concurrency)
@@ -89,6 +94,7 @@ class ControllerManager:
             "deployment": (asyncio.Event(), self._deployments_pass),
             "job": (asyncio.Event(), self._jobs_pass),
             "daemonset": (asyncio.Event(), self._daemonsets_pass),
+            "statefulset": (asyncio.Event(), self._statefulsets_pass),
             "garbage-collector": (asyncio.Event(), self._gc_pass),
         }
         for inf in self.informers:
@@ -171,10 +177,18 @@ class ControllerManager:
         ]
         await self._execute(actions)
 
+    async def _statefulsets_pass(self) -> None:
+        now = self.clock.datetime_now()
+        pods = self.pods.objects()
+        actions = [
+            a for sts in self.statefulsets.objects() for a in reconcile_statefulset(sts, pods, now=now)
+        ]
+        await self._execute(actions)
+
     async def _gc_pass(self) -> None:
         live = {
             uid_of(o)
-            for inf in (self.replicasets, self.deployments, self.jobs, self.daemonsets)
+            for inf in (self.replicasets, self.deployments, self.jobs, self.daemonsets, self.statefulsets)
             for o in inf.objects()
         }
         candidates = [
@@ -195,7 +209,9 @@ class ControllerManager:
         for ref in meta(obj).get("ownerReferences") or []:
             try:
                 owner = await self.client.get(
-                    BY_KIND[str(ref.get("kind"))], name=str(ref.get("name")), namespace=namespace_of(obj)
+                    OWNER_RESOURCES[str(ref.get("kind"))],
+                    name=str(ref.get("name")),
+                    namespace=namespace_of(obj),
                 )
             except ApiError as exc:
                 if exc.status == 404:

@@ -48,7 +48,7 @@ PDB_STORAGE = builtin("policy", "poddisruptionbudgets").storage_key
 POD_STORAGE = pods().storage_key
 # Kinds the emulator serves that have no scale subresource: getScaleController's error for them.
 _UNSCALABLE = {("apps", "DaemonSet"): "daemonsets.apps", ("batch", "Job"): "jobs.batch", ("", "Pod"): "pods"}
-_SCALABLE_ELSEWHERE = {("apps", "StatefulSet"), ("", "ReplicationController")}  # real kinds, not emulated
+_SCALABLE_ELSEWHERE = {("", "ReplicationController")}  # a real kind, not emulated
 
 
 class SyncFailed(Exception):
@@ -128,6 +128,13 @@ def _controller_scale(ref: Obj, namespace: str, lookup: Lookup) -> tuple[str, in
             None
             if deployment is None
             else (deployment["metadata"]["uid"], int(deployment["spec"].get("replicas", 1)))
+        )
+    if kind == "StatefulSet" and group == "apps":
+        statefulset = _owned(lookup, "statefulsets.apps", namespace, ref)
+        return (
+            None
+            if statefulset is None
+            else (statefulset["metadata"]["uid"], int((statefulset.get("spec") or {}).get("replicas", 1)))
         )
     if (group, kind) in _UNSCALABLE:
         raise SyncFailed(f"{_UNSCALABLE[(group, str(kind))]} does not implement the scale subresource")

@@ -98,6 +98,22 @@ def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
             rolling.setdefault("maxUnavailable", 1)
             rolling.setdefault("maxSurge", 0)
         _default_template(obj)
+    elif kind == "StatefulSet" and isinstance(spec, dict):
+        # SetDefaults_StatefulSet (pkg/apis/apps/v1/defaults.go; MaxUnavailableStatefulSet off).
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        strategy = spec.setdefault("updateStrategy", {})
+        if not strategy.get("type"):
+            strategy["type"] = "RollingUpdate"
+            strategy.setdefault("rollingUpdate", {})
+        if strategy["type"] == "RollingUpdate" and isinstance(strategy.get("rollingUpdate"), dict):
+            strategy["rollingUpdate"].setdefault("partition", 0)
+        retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+        retention.setdefault("whenDeleted", "Retain")
+        retention.setdefault("whenScaled", "Retain")
+        spec.setdefault("replicas", 1)
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("serviceName", "")
+        _default_template(obj)
     elif kind == "Job" and isinstance(spec, dict):
         if spec.get("completions") is None and spec.get("parallelism") is None:
             spec["completions"] = 1
@@ -299,6 +315,7 @@ def _generate_job_selector(job: Obj, uid: str) -> None:
 
 _ZERO_STATUS: dict[str, dict[str, int]] = {
     "ReplicaSet": {"replicas": 0},
+    "StatefulSet": {"replicas": 0, "availableReplicas": 0},
     "DaemonSet": {
         "currentNumberScheduled": 0,
         "numberMisscheduled": 0,

@@ -127,7 +127,7 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
     selector_obj = spec.get("selector")
     template = spec.get("template") or {}
     labels = (template.get("metadata") or {}).get("labels") or {}
-    if not selector_obj:
+    if selector_obj is None:  # `{}` is a selector, an empty one (refused below)
         errors.append(FieldError("FieldValueRequired", "spec.selector"))
     else:
         try:
@@ -137,7 +137,13 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
         if selector.empty:
             errors.append(
                 FieldError(
-                    "FieldValueInvalid", "spec.selector", "empty selector is invalid for deployment", {}
+                    "FieldValueInvalid",
+                    "spec.selector",
+                    "empty selector is invalid for "
+                    + {"StatefulSet": "statefulset", "DaemonSet": "daemonset"}.get(
+                        str(obj.get("kind")), "deployment"
+                    ),
+                    {},
                 )
             )
         elif not selector.matches(labels):
@@ -151,7 +157,8 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
             )
     pod_spec = template.get("spec") or {}
     errors.extend(_pod_spec_errors(pod_spec, "spec.template.spec"))
-    # ValidatePodTemplateSpecForReplicaSet / ValidateDaemonSetSpec: they run forever.
+    # ValidatePodTemplateSpecForReplicaSet / ValidateDaemonSetSpec / ValidateStatefulSetSpec: they run
+    # forever.
     if pod_spec.get("restartPolicy", "Always") != "Always":
         errors.append(
             FieldError(
@@ -162,7 +169,7 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
             )
         )
     if pod_spec.get("activeDeadlineSeconds") is not None:
-        owner = "DaemonSet" if obj.get("kind") == "DaemonSet" else "ReplicaSet"
+        owner = obj.get("kind") if obj.get("kind") in ("DaemonSet", "StatefulSet") else "ReplicaSet"
         errors.append(
             FieldError(
                 "FieldValueForbidden",
@@ -303,7 +310,7 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     kind = rtype.kind
     if kind == "Pod":
         errors.extend(_pod_spec_errors(obj.get("spec") or {}, "spec"))
-    elif kind in ("Deployment", "ReplicaSet", "DaemonSet"):
+    elif kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"):
         errors.extend(_workload_errors(obj))
     elif kind == "Job":
         errors.extend(job_spec_errors(obj.get("spec") or {}, _pod_spec_errors))
@@ -314,6 +321,34 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     elif kind == "PodDisruptionBudget":
         errors.extend(pdb_spec_errors(obj.get("spec") or {}))
     return errors
+
+
+_STATEFULSET_MUTABLE = (
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "revisionHistoryLimit",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+)
+
+
+def _statefulset_update_errors(new_spec: Obj, old_spec: Obj) -> list[FieldError]:
+    """ValidateStatefulSetUpdate: only some of the spec's fields may change."""
+    if prune_nulls({k: v for k, v in new_spec.items() if k not in _STATEFULSET_MUTABLE}) == prune_nulls(
+        {k: v for k, v in old_spec.items() if k not in _STATEFULSET_MUTABLE}
+    ):
+        return []
+    return [
+        FieldError(
+            "FieldValueForbidden",
+            "spec",
+            "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
+            "'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
+            "'minReadySeconds' are forbidden",
+        )
+    ]
 
 
 def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]:
@@ -337,6 +372,8 @@ def validate_update(rtype: ResourceType, new: Obj, old: Obj) -> list[FieldError]
         errors.extend(pod_ip_errors(new.get("status") or {}))
     elif rtype.kind == "Job":
         errors.extend(job_update_errors(new, old, _pod_spec_errors))
+    elif rtype.kind == "StatefulSet":
+        errors.extend(_statefulset_update_errors(new.get("spec") or {}, old.get("spec") or {}))
     elif rtype.kind in ("Deployment", "ReplicaSet", "DaemonSet") and prune_nulls(
         (new.get("spec") or {}).get("selector")
     ) != prune_nulls((old.get("spec") or {}).get("selector")):
