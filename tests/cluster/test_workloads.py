@@ -359,6 +359,9 @@ def test_job_with_pod_failure_policy_waits_for_terminating_pods_to_fail() -> Non
     plain = job(parallelism=1, completions=1)
     going = child(plain, terminating=True)
     assert len(of(reconcile_job(plain, [going], JobMemory(), now=NOW), Create)) == 1
+    failed_only = job(parallelism=1, completions=1, podReplacementPolicy="Failed")
+    going = child(failed_only, terminating=True)
+    assert of(reconcile_job(failed_only, [going], JobMemory(), now=NOW), Create) == []
 
 
 @settings(max_examples=50, deadline=None)

@@ -113,8 +113,8 @@ class JobPods:
     outcomes: Mapping[str, PodOutcome]
     """Every pod's outcome by uid, the pods gone from the API included; running pods have none."""
     active: Sequence[Obj]
-    """Pods not finished and not terminating (with a ``podFailurePolicy``: terminating ones too, which
-    are replaced only once they have failed, like ``podReplacementPolicy: Failed``)."""
+    """Pods not finished and not terminating (with ``podReplacementPolicy: Failed``, the default with a
+    ``podFailurePolicy``: terminating ones too, which are replaced only once they have failed)."""
     terminating: int
 
     @property
@@ -133,13 +133,20 @@ def count_job_pods(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], me
         outcome = pod_outcome(job, pod)
         if outcome is not None:
             outcomes[uid_of(pod)] = outcome
-    wait_for_terminal = bool((job.get("spec") or {}).get("podFailurePolicy"))
+    wait_for_terminal = only_replace_failed_pods(job)
     running = [p for p in owned if not is_pod_finished(p)]
     return JobPods(
         outcomes=outcomes,
         active=[p for p in running if not is_terminating(p) or wait_for_terminal],
         terminating=sum(1 for p in running if is_terminating(p)),
     )
+
+
+def only_replace_failed_pods(job: Mapping[str, Any]) -> bool:
+    """onlyReplaceFailedPods (pkg/controller/job/job_controller.go): ``podReplacementPolicy: Failed``
+    (which the API server defaults when a ``podFailurePolicy`` is set), or a ``podFailurePolicy``."""
+    spec = job.get("spec") or {}
+    return spec.get("podReplacementPolicy") == "Failed" or bool(spec.get("podFailurePolicy"))
 
 
 def _completions(spec: Mapping[str, Any]) -> int | None:
@@ -153,8 +160,8 @@ def reconcile_job(
 ) -> list[Action]:
     """Run pods up to ``parallelism`` until ``completions`` succeeded; fail after ``backoffLimit`` failures.
 
-    With a ``podFailurePolicy`` a terminating pod is replaced only once it has failed (Kubernetes'
-    ``podReplacementPolicy: Failed``); without, as soon as it is terminating. Pods restarted in place
+    With ``podReplacementPolicy: Failed`` (or a ``podFailurePolicy``) a terminating pod is replaced only
+    once it has failed; otherwise as soon as it is terminating. Pods restarted in place
     (``restartPolicy: OnFailure``) are not counted against ``backoffLimit`` here.
     """
     counted = count_job_pods(job, pods, memory)
