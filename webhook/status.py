@@ -25,7 +25,7 @@ __all__ = ["build_status", "render_text"]
 def _policy_row(policy: StaggeringPolicy) -> dict[str, Any]:
     row: dict[str, Any] = {
         "name": policy.name,
-        "mode": policy.mode,
+        "mode": policy.mode if policy.mode != "evict" else f"evict (hold: {policy.hold})",
         "pacer": pacers.name(policy.pacer),
         "labelSelector": policy.label_selector.to_query(),
         "maxBlockedDuration": format_duration(policy.max_blocked_duration),
