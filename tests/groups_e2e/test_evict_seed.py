@@ -30,9 +30,7 @@ async def test_the_seed_group_starts_4_then_16_then_all_by_evictions(
     hold: str, backend: Backend, tmp_path: Path
 ) -> None:
     async with seed_scenario(backend, mode="evict") as scenario:
-        run = await run_group(
-            with_policy(scenario, hold=hold), api=backend.api, work_dir=tmp_path, lockd_log_level="info"
-        )
+        run = await run_group(with_policy(scenario, hold=hold), api=backend.api, work_dir=tmp_path)
     assert run.all_ready_seconds is not None, f"not all Ready: {run.timeline[-10:]}\n{run.controller_log}"
     assert run.violations == [], run.violations[:5]
     assert any(p.started == 4 and p.allowance == 4 for p in run.timeline), run.timeline[:12]
