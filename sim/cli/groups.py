@@ -1,8 +1,9 @@
 """`python -m sim groups`: the staggering-group demo. The seed scenario (sim/cluster/scenarios/groups.yaml:
 two Deployments in two namespaces, one image, 40 pods in one image-pull group paced exponentially 4/4/16)
 runs on a simulated cluster with the real controller, lockd and init clients, once per mode (`lock`,
-`gate`). Printed per run: the simulated time until every pod was Ready, the most pods started while
-0, 1..3 and 4..15 were Ready, and whether the pods started ever exceeded the pacer's allowance; drawn
+`gate`, `evict`). Printed per run: the simulated time until every pod was Ready, the most pods started while
+0, 1..3 and 4..15 were Ready, whether the pods started ever exceeded the pacer's allowance, and in evict
+mode how many pods admission held (each evicted once its pacer allowed, and replaced); drawn
 into OUT/groups-timeline.png: started and Ready pods of the group over time, one panel per mode, with
 the pacer's allowance."""
 
@@ -24,12 +25,12 @@ from sim.emulator.server import ApiServer
 from stagger.policy import PolicyError, parse_policy_text
 
 PNG_NAME = "groups-timeline.png"
-MODES = ("lock", "gate")
+MODES = ("lock", "gate", "evict")
 DEFAULT = Path(__file__).parents[1] / "cluster" / "scenarios" / "groups.yaml"
 
 EPILOG = """\
 examples:
-  python -m sim groups                       (sim/cluster/scenarios/groups.yaml, lock then gate mode)
+  python -m sim groups                       (sim/cluster/scenarios/groups.yaml, lock, gate, evict mode)
   python -m sim groups --mode gate --json
   python -m sim groups --scenario my.yaml --out /tmp/groups
 """
@@ -62,6 +63,7 @@ def format_table(runs: Sequence[GroupRun]) -> str:
         "1-3 Ready",
         "4-15 Ready",
         "over the pacer",
+        "held",
     )
     rows = [
         (
@@ -72,6 +74,7 @@ def format_table(runs: Sequence[GroupRun]) -> str:
             str(r.most_started(1, 3)),
             str(r.most_started(4, 15)),
             "never" if not r.violations else f"{len(r.violations)} times",
+            str(len(r.held())),
         )
         for r in runs
     ]
@@ -121,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         help="scenario YAML (default: sim/cluster/scenarios/groups.yaml)",
     )
     parser.add_argument(
-        "--mode", choices=MODES, action="append", help="run only this mode (repeatable; default: both)"
+        "--mode", choices=MODES, action="append", help="run only this mode (repeatable; default: all three)"
     )
     parser.add_argument(
         "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"
