@@ -105,14 +105,19 @@ def check_every_hold_released_once(run: GroupRun) -> None:
         # A hold of its own, not a chain's hold carried over from an evicted pod's reservation.
         assert trace.held_since is not None and seconds(trace.held_since) >= seconds(trace.created) - 1, trace
     replaced = replacements(run)
-    admissions = {k: v for k, v in run.controller_metrics.items() if "evict" in k and v}
     held_by_owner = Counter(trace.owner for trace in held)
     replaced_by_owner = Counter(trace.owner for trace in replaced)
-    assert held_by_owner == replaced_by_owner, (held_by_owner, replaced_by_owner, admissions)
     evicted = run.metric("stagger_controller_evictions_total", result="evicted")
     holds = run.metric("stagger_controller_evict_admissions_total", outcome="hold")
     reserved = run.metric("stagger_controller_evict_admissions_total", basis="reserved")
-    assert evicted == holds == reserved == len(held), (evicted, holds, reserved, len(held))
+    counts = (
+        f"{len(held)} pods held, {evicted:g} evicted, {reserved:g} let through against their owner's "
+        f"reservation ({len(replaced)} carrying a chain's held-since), {holds:g} holds counted: each "
+        "eviction must leave its owner a reservation for the replacement (the controller logs "
+        "'reservation none' when it did not)"
+    )
+    assert held_by_owner == replaced_by_owner, f"{counts}; by owner {held_by_owner} vs {replaced_by_owner}"
+    assert evicted == holds == reserved == len(held), counts
     refused = {
         result: run.metric("stagger_controller_evictions_total", result=result)
         for result in ("throttled", "gone", "error")

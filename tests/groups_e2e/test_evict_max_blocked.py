@@ -65,6 +65,7 @@ async def test_a_pod_held_for_max_blocked_duration_is_evicted_and_its_replacemen
 ) -> None:
     run = await run_group(scenario_for(backend.namespace), api=backend.api, work_dir=tmp_path)
     assert run.all_ready_seconds is not None, f"not all Ready: {run.timeline[-10:]}\n{run.controller_log}"
+    check_every_hold_released_once(run)
     traces = list(run.pod_traces.values())
     held = run.held()
     assert len(held) == 2, traces
@@ -76,7 +77,6 @@ async def test_a_pod_held_for_max_blocked_duration_is_evicted_and_its_replacemen
         assert blocked >= MAX_BLOCKED - 0.5, (blocked, trace)
         # ... and released then, not when the pacer had room (once the first pod was Ready).
         assert trace.deleted_at < first_ready, (trace, first_ready)
-    check_every_hold_released_once(run)
     replaced = replacements(run)
     assert len(replaced) == 2, traces
     chain_start = min(seconds(t.held_since) for t in held)

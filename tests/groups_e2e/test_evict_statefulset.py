@@ -79,6 +79,7 @@ async def test_a_statefulsets_pods_are_held_and_released_in_order(backend: Backe
     run = await run_group(scenario_for(backend.namespace), api=backend.api, edit=stateful, work_dir=tmp_path)
     assert run.all_ready_seconds is not None, f"not all Ready: {run.timeline[-10:]}\n{run.controller_log}"
     assert run.violations == [], run.violations[:5]
+    check_every_hold_released_once(run)
     traces = list(run.pod_traces.values())
     held = run.held()
     assert len(held) == 3, traces
@@ -87,7 +88,6 @@ async def test_a_statefulsets_pods_are_held_and_released_in_order(backend: Backe
     by_hold = [t.name for t in sorted(held, key=lambda t: (t.held_since, t.name))]
     by_release = [t.name for t in sorted(held, key=lambda t: t.deleted_at or 0.0)]
     assert by_release == by_hold, (by_release, by_hold)
-    check_every_hold_released_once(run)
     # Each held pod came back under its own name, a new pod let through against the reservation.
     replaced = replacements(run)
     assert sorted(t.name for t in replaced) == sorted(t.name for t in held), (replaced, held)
