@@ -413,14 +413,13 @@ class GroupBook:
         self._add_claim(taken)
         return taken
 
-    def evicted(self, key: PodKey, *, now: float) -> Claim | None:
-        """The held pod `key` was evicted: it leaves the book, and its place becomes a reservation for its
-        owner's replacement, carrying when the pod's hold began. None (nothing changes) for a pod not in
-        the book; a pod without an owner frees its place."""
-        record = self._records.get(key)
-        if record is None:
-            return None
-        self.remove(*key)
+    def evicted(self, record: PodRecord, *, now: float) -> Claim | None:
+        """The held pod of `record` was evicted: it leaves the book (if the book still has it: the watch
+        may have removed it first), and its place becomes a reservation for its owner's replacement,
+        carrying when the pod's hold began. A pod without an owner frees its place (None)."""
+        current = self._records.get(record.key)
+        if current is not None and current.uid == record.uid:
+            self.remove(*record.key)
         if not record.owner:
             return None
         return self.claim(

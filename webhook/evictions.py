@@ -140,7 +140,7 @@ class EvictionReconciler:
         # tried again after its back-off, at the next change or recheck, not in a tight loop.
         self.stats.count(result)
         self._result(result)
-        self._pacing.book.unreserve(key)
+        self._pacing.book.unreserve(key)  # nothing to take back if the watch saw the pod go already
         if result == "gone":
             self._backoffs.pop(key, None)
             return
@@ -155,11 +155,13 @@ class EvictionReconciler:
         key = record.key
         try:
             async with self._slots:
+                self._pacing.evicting(record)
                 try:
                     await self._client.evict(
                         namespace=record.namespace, name=record.name, uid=record.uid or None
                     )
                 except ApiError as err:
+                    self._pacing.eviction_failed(record)
                     if err.status in (404, 409):
                         self._refused(key, "gone", retry_after=None)
                         logger.info("%s/%s not evicted, it is gone or another pod now: %s", *key, err)
@@ -171,11 +173,12 @@ class EvictionReconciler:
                         logger.warning("could not evict %s/%s: %s", *key, err)
                     return
                 except (aiohttp.ClientError, TimeoutError) as err:
+                    self._pacing.eviction_failed(record)
                     self._refused(key, "error", retry_after=None)
                     logger.warning("could not evict %s/%s: %s", *key, err or type(err).__name__)
                     return
                 self._backoffs.pop(key, None)
-                claim = self._pacing.evicted(key)
+                claim = self._pacing.evicted(record)
                 self.stats.count("evicted")
                 self.stats.evicted_uids = [*self.stats.evicted_uids[-99:], record.uid]
                 self._result("evicted")

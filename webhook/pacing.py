@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagger import groupbook, pacers
-from stagger.groupbook import AdmitDecision, Claim, Decision, GroupBook, PodKey
+from stagger.groupbook import AdmitDecision, Claim, Decision, GroupBook, PodKey, PodRecord
 from stagger.matching import Pair
 from stagger.names import Names
 from stagger.policy import StaggeringPolicy
@@ -91,7 +91,9 @@ class Pacing:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _grantable: tuple[int, float, tuple[PodKey, ...], frozenset[PodKey]] | None = None
     _waiters: int = 0
-    _evicted: dict[str, float] = field(default_factory=dict)  # uid -> when
+    # Evictions in flight (uid -> the record as evicted) and done (uid -> when, and the owner's claim).
+    _evicting: dict[str, PodRecord] = field(default_factory=dict)
+    _evicted: dict[str, tuple[float, Claim | None]] = field(default_factory=dict)
 
     # --- the watch ----------------------------------------------------------------------------------
 
@@ -109,6 +111,13 @@ class Pacing:
 
     def pod_deleted(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
+        evicting = self._evicting.get(str(metadata.get("uid") or ""))
+        if evicting is not None:
+            # The watch shows the eviction (deletionTimestamp, or the pod gone) before the Eviction API's
+            # answer came: the real API server usually sends it first. The place goes to the owner now,
+            # so it is never free in between.
+            self._convert(evicting)
+            return
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         known = self.book.get(key)
         if known is not None and metadata.get("uid") and known.uid != metadata.get("uid"):
@@ -170,20 +179,36 @@ class Pacing:
             self._bump()
         return decision
 
-    def evicted(self, key: PodKey) -> Claim | None:
-        """The held pod `key` was evicted: its place is now its owner's reservation (see GroupBook.evicted),
-        and the pod is not taken back into the book whatever late event arrives for it."""
+    def evicting(self, record: PodRecord) -> None:
+        """An eviction of this pod is about to be sent (the pod is reserved)."""
+        if record.uid:
+            self._evicting[record.uid] = record
+
+    def eviction_failed(self, record: PodRecord) -> None:
+        """The Eviction API refused (or could not be reached). If the watch already showed the pod going,
+        its place stays its owner's reservation."""
+        self._evicting.pop(record.uid, None)
+
+    def evicted(self, record: PodRecord) -> Claim | None:
+        """The Eviction API evicted the pod: its place is now its owner's reservation (see
+        GroupBook.evicted), made here or already when the watch showed the pod going; and the pod is never
+        taken back into the book, whatever late event arrives for it."""
+        done = self._evicted.get(record.uid)
+        if done is not None:
+            self._evicting.pop(record.uid, None)
+            return done[1]
+        return self._convert(record)
+
+    def _convert(self, record: PodRecord) -> Claim | None:
         now = self.clock()
-        record = self.book.get(key)
-        if record is None:
-            return None
-        for uid, when in list(self._evicted.items()):
+        self._evicting.pop(record.uid, None)
+        for uid, (when, _) in list(self._evicted.items()):
             if when > now - EVICTED_MEMORY_SECONDS:
                 break  # insertion order is time order
             del self._evicted[uid]
+        claim = self.book.evicted(record, now=now)
         if record.uid:
-            self._evicted[record.uid] = now
-        claim = self.book.evicted(key, now=now)
+            self._evicted[record.uid] = (now, claim)
         self._bump()
         return claim
 

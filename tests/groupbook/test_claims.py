@@ -96,7 +96,9 @@ def test_an_evicted_pod_s_place_is_its_owner_s() -> None:
     book.upsert(record("c", held=True, created=T0 - 30))
     assert groupbook.grantable(book, policies=POLICIES, now=T0) == [("shop", "c")]
     assert book.reserve(("shop", "c"), now=T0)
-    claim = book.evicted(("shop", "c"), now=T0 + 1)
+    evicted = book.get(("shop", "c"))
+    assert evicted is not None
+    claim = book.evicted(evicted, now=T0 + 1)
     assert claim is not None and claim.owner == "rs-1" and not claim.taken and claim.first_held == T0 - 30
     assert ("shop", "c") not in book and starting(book, T0 + 1) == 1
     # Another owner's new pod may not take it; the owner's replacement goes through, whatever the pacer.
@@ -113,7 +115,7 @@ def test_an_evicted_pod_s_place_is_its_owner_s() -> None:
 def test_a_claim_not_used_in_time_frees_its_place() -> None:
     book = GroupBook()
     book.upsert(record("c", held=True))
-    book.evicted(("shop", "c"), now=T0)
+    book.evicted(record("c", held=True), now=T0)
     assert starting(book, T0 + RESERVATION_SECONDS - 1) == 1
     assert starting(book, T0 + RESERVATION_SECONDS) == 0
     assert book.claims() == [] and book.pairs() == []
@@ -124,8 +126,11 @@ def test_a_claim_not_used_in_time_frees_its_place() -> None:
 def test_a_bare_pod_evicted_frees_its_place() -> None:
     book = GroupBook()
     book.upsert(record("c", held=True, owner=""))
-    assert book.evicted(("shop", "c"), now=T0) is None
-    assert book.pairs() == [] and book.evicted(("shop", "nope"), now=T0) is None
+    assert book.evicted(record("c", held=True, owner=""), now=T0) is None
+    assert book.pairs() == []
+    # The watch removed the pod before the eviction's answer: the owner still gets its place.
+    claim = book.evicted(record("gone", held=True), now=T0)
+    assert claim is not None and starting(book) == 1
 
 
 NAMES = Names()
@@ -145,8 +150,9 @@ P = NAMES.prefix
         ),
         pytest.param(
             {"labels": {f"{P}/staggered": "1"}, "annotations": {f"{P}/held-since": format_rfc3339(T0 + 50)}},
-            {"held": True, "evict_hold": False, "created": T0},
-            id="later-held-since-ignored",
+            # creationTimestamp has whole seconds: held-since is trusted up to the end of that second.
+            {"held": True, "evict_hold": False, "created": T0 + 1},
+            id="later-held-since-capped",
         ),
         pytest.param(
             {"annotations": {f"{P}/ticket": "t1", f"{P}/held-since": format_rfc3339(T0 - 50)}},
@@ -230,7 +236,7 @@ class EvictHerd(RuleBasedStateMachine):
             got = self.book.get(key)
             assert got is not None and got.evict_hold
             assert self.book.reserve(key, now=self.now)
-            claim = self.book.evicted(key, now=self.now)
+            claim = self.book.evicted(got, now=self.now)
             assert claim is not None and claim.owner == got.owner
             self.pending_replacements.append(got.owner)
 

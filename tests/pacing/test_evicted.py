@@ -1,8 +1,9 @@
 """The leader's pacing state around an eviction (webhook.pacing): an evicted pod leaves the book and its
 place becomes its owner's reservation; a late watch event of that pod (from before the eviction,
 delivered after it) does not bring it back as held, so it cannot be evicted twice for one release; the
-DELETED event of the old pod leaves a new pod of the same name (a StatefulSet's) alone; admission in
-evict mode claims a place and signals the change."""
+DELETED event of the old pod leaves a new pod of the same name (a StatefulSet's) alone; the watch may show
+the eviction before its answer (the place goes to the owner then, once); a refused eviction leaves the pod
+held; admission in evict mode claims a place and signals the change."""
 
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ def test_a_late_event_of_an_evicted_pod_is_ignored() -> None:
     assert state.grantable() == (("db", "db-0"),)
     assert state.grant(namespace="db", name="db-0", uid="old").granted
     version = state.version
-    claim = state.evicted(("db", "db-0"))
+    record = state.book.get(("db", "db-0"))
+    assert record is not None
+    state.evicting(record)
+    claim = state.evicted(record)
     assert claim is not None and claim.owner == "sts-1" and state.version > version
     assert ("db", "db-0") not in state.book
     state.pod_changed(pod("db-0", "old", held=True))  # stale MODIFIED, delivered late
@@ -66,8 +70,42 @@ def test_a_late_event_of_an_evicted_pod_is_ignored() -> None:
     assert state.book.get(("db", "db-0")) is not None and state.book.claims() == []
     # The old pod's DELETED event arrives last: the new one stays.
     state.pod_deleted(pod("db-0", "old"))
+    current = state.book.get(("db", "db-0"))
+    assert current is not None and current.uid == "new"
+
+
+def test_the_watch_may_show_the_eviction_before_its_answer() -> None:
+    """The real API server usually sends the watch event of an evicted pod before the Eviction API's
+    answer: the place goes to the owner then, and the answer finds the same reservation."""
+    state = pacing()
+    state.pod_changed(pod("db-0", "old", held=True))
+    assert state.grant(namespace="db", name="db-0", uid="old").granted
     record = state.book.get(("db", "db-0"))
-    assert record is not None and record.uid == "new"
+    assert record is not None
+    state.evicting(record)
+    going = pod("db-0", "old", held=True)
+    going["metadata"]["deletionTimestamp"] = format_rfc3339(T0, digits=0)
+    state.pod_changed(going)  # MODIFIED with deletionTimestamp
+    (claim,) = state.book.claims()
+    assert claim.owner == "sts-1" and ("db", "db-0") not in state.book
+    state.pod_deleted(pod("db-0", "old", held=True))  # then DELETED
+    assert state.evicted(record) == claim and state.book.claims() == [claim]
+    counts = state.book.counts(("one", ""), now=T0, start_timeouts={"one": 300.0})
+    assert counts.starting == 1 and counts.held == 0
+
+
+def test_a_refused_eviction_leaves_the_pod_held() -> None:
+    state = pacing()
+    state.pod_changed(pod("db-0", "old", held=True))
+    assert state.grant(namespace="db", name="db-0", uid="old").granted
+    record = state.book.get(("db", "db-0"))
+    assert record is not None
+    state.evicting(record)
+    state.eviction_failed(record)
+    state.book.unreserve(("db", "db-0"))
+    assert state.book.claims() == [] and state.grantable() == (("db", "db-0"),)
+    state.pod_deleted(pod("db-0", "old", held=True))  # deleted later by someone else: just gone
+    assert state.book.claims() == [] and state.book.pairs() == []
 
 
 def test_admission_claims_and_signals() -> None:
