@@ -1,9 +1,11 @@
 """`python -m sim groups`: the staggering-group demo. The seed scenario (sim/cluster/scenarios/groups.yaml:
 two Deployments in two namespaces, one image, 40 pods in one image-pull group paced exponentially 4/4/16)
 runs on a simulated cluster with the real controller, lockd and init clients, once per mode (`lock`,
-`gate`, `evict`). Printed per run: the simulated time until every pod was Ready, the most pods started while
-0, 1..3 and 4..15 were Ready, whether the pods started ever exceeded the pacer's allowance, and in evict
-mode how many pods admission held (each evicted once its pacer allowed, and replaced); drawn
+`gate`, `evict` with `hold: nodeSelector`, `evict-stub`: evict with `hold: stub`). Printed per run: the
+simulated time until every pod was Ready, container restarts, the most pods started while 0, 1..3 and
+4..15 were Ready, whether the pods started ever exceeded the pacer's allowance, in evict mode how many pods
+admission held (each evicted once its pacer allowed, and replaced), and the API requests the whole
+cluster made per pod of the group (the emulator's count, every client); drawn
 into OUT/groups-timeline.png: started and Ready pods of the group over time, one panel per mode, with
 the pacer's allowance."""
 
@@ -13,70 +15,94 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from sim.cluster.backend import ApiBackend
+from sim.cli.apis import open_api
 from sim.cluster.grouprun import GroupRun, run_group
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
-from sim.emulator.server import ApiServer
 from stagger.policy import PolicyError, parse_policy_text
 
 PNG_NAME = "groups-timeline.png"
-MODES = ("lock", "gate", "evict")
+MODES = ("lock", "gate", "evict", "evict-stub")
 DEFAULT = Path(__file__).parents[1] / "cluster" / "scenarios" / "groups.yaml"
 
 EPILOG = """\
 examples:
-  python -m sim groups                       (sim/cluster/scenarios/groups.yaml, lock, gate, evict mode)
+  python -m sim groups                       (sim/cluster/scenarios/groups.yaml, every mode)
   python -m sim groups --mode gate --json
   python -m sim groups --scenario my.yaml --out /tmp/groups
 """
 
 
 def with_mode(scenario: Scenario, mode: str) -> Scenario:
-    """Every staggering policy of the scenario in `mode` (the file says `mode: lock`)."""
+    """Every staggering policy of the scenario in `mode` (the file says `mode: lock`); `evict-stub` is
+    evict mode with `hold: stub`."""
     policies = scenario.stagger.policies
-    if "mode: lock" not in policies and f"mode: {mode}" not in policies:
+    if not re.search(r"^\s*mode: lock$", policies, flags=re.MULTILINE):
         raise ScenarioError(
             "stagger.policies: the staggering policies must say `mode: lock` to be run in each mode"
         )
-    stagger = replace(scenario.stagger, policies=policies.replace("mode: lock", f"mode: {mode}"))
-    return replace(scenario, stagger=stagger)
+    if mode == "evict-stub":
+        changed = re.sub(r"^(\s*)mode: lock$", r"\1mode: evict\n\1hold: stub", policies, flags=re.MULTILINE)
+    else:
+        changed = re.sub(r"^(\s*)mode: lock$", rf"\1mode: {mode}", policies, flags=re.MULTILINE)
+    return replace(scenario, stagger=replace(scenario.stagger, policies=changed))
 
 
-async def run_mode(scenario: Scenario, *, mode: str) -> GroupRun:
+@dataclass(frozen=True)
+class ModeRun:
+    """One mode's run and the API requests the whole simulated cluster made during it."""
+
+    mode: str
+    run: GroupRun
+    api_requests: int
+
+    @property
+    def requests_per_pod(self) -> float:
+        return self.api_requests / max(1, self.run.pods)
+
+
+async def run_mode(scenario: Scenario, *, mode: str) -> ModeRun:
     scenario = with_mode(scenario, mode)
     scenario = replace(scenario, stagger=replace(scenario.stagger, enabled=True, host_port=0))
-    async with ApiServer() as server:
-        return await run_group(scenario, api=ApiBackend(server.url))
+    async with open_api("emulator", quiet=True) as api:
+        before = await api.request_count()
+        run = await run_group(scenario, api=api.backend)
+        return ModeRun(mode=mode, run=run, api_requests=await api.request_count() - before)
 
 
-def format_table(runs: Sequence[GroupRun]) -> str:
+def format_table(runs: Sequence[ModeRun]) -> str:
     header = (
         "mode",
         "pods",
         "all Ready (sim s)",
+        "restarts",
         "most started: 0 Ready",
         "1-3 Ready",
         "4-15 Ready",
         "over the pacer",
         "held",
+        "API requests/pod",
     )
     rows = [
         (
-            r.mode,
+            m.mode,
             str(r.pods),
             "not reached" if r.all_ready_seconds is None else f"{r.all_ready_seconds:.1f}",
+            str(r.restarts),
             str(r.most_started(0, 0)),
             str(r.most_started(1, 3)),
             str(r.most_started(4, 15)),
             "never" if not r.violations else f"{len(r.violations)} times",
             str(len(r.held())),
+            f"{m.requests_per_pod:.1f}",
         )
-        for r in runs
+        for m in runs
+        for r in [m.run]
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return "\n".join(
@@ -84,7 +110,7 @@ def format_table(runs: Sequence[GroupRun]) -> str:
     )
 
 
-def plot(runs: Sequence[GroupRun], *, path: Path, title: str) -> Path:
+def plot(runs: Sequence[ModeRun], *, path: Path, title: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,13 +118,14 @@ def plot(runs: Sequence[GroupRun], *, path: Path, title: str) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False, sharey=True)
-    for ax, run in zip(axes[0], runs, strict=True):
+    for ax, mode_run in zip(axes[0], runs, strict=True):
+        run = mode_run.run
         times = [p.at for p in run.timeline]
         ax.step(times, [p.started for p in run.timeline], where="post", label="started (granted)")
         ax.step(times, [p.ready for p in run.timeline], where="post", label="Ready")
         limit = [run.pods if p.allowance is None else min(p.allowance, run.pods) for p in run.timeline]
         ax.step(times, limit, where="post", linestyle="--", color="grey", label="pacer allowance")
-        ax.set_title(f"{run.mode} mode")
+        ax.set_title(f"{mode_run.mode} mode")
         ax.set_xlabel("simulated seconds")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("pods of the group")
@@ -124,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         help="scenario YAML (default: sim/cluster/scenarios/groups.yaml)",
     )
     parser.add_argument(
-        "--mode", choices=MODES, action="append", help="run only this mode (repeatable; default: all three)"
+        "--mode", choices=MODES, action="append", help="run only this mode (repeatable; default: every mode)"
     )
     parser.add_argument(
         "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"
@@ -155,11 +182,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs, path=args.out / PNG_NAME, title=f"{scenario.name}: one staggering group, started vs Ready"
     )
     if args.json:
-        print(json.dumps({"runs": [asdict(r) for r in runs], "png": str(png)}, indent=2, default=str))
+        documents = [
+            {
+                **asdict(m.run),
+                "mode": m.mode,
+                "apiRequests": m.api_requests,
+                "apiRequestsPerPod": m.requests_per_pod,
+            }
+            for m in runs
+        ]
+        print(json.dumps({"runs": documents, "png": str(png)}, indent=2, default=str))
     else:
         print(format_table(runs))
         print(f"timeline plot written to {png}")
-    ok = all(r.all_ready_seconds is not None and not r.violations for r in runs)
+    ok = all(m.run.all_ready_seconds is not None and not m.run.violations for m in runs)
     return 0 if ok else 1
 
 

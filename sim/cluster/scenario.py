@@ -412,7 +412,8 @@ def pod_template(w: Workload, *, stagger: StaggerConfig, names: Names | None = N
 
 def workload_manifest(w: Workload, *, stagger: StaggerConfig, names: Names | None = None) -> Obj:
     template = pod_template(w, stagger=stagger, names=names)
-    metadata = {"name": w.name, "namespace": w.namespace, "labels": {"app": w.name}}
+    labels = {"app": w.name}
+    metadata: Obj = {"name": w.name, "namespace": w.namespace, "labels": labels}
     if w.kind == "Deployment":
         return {
             "apiVersion": "apps/v1",
@@ -424,6 +425,11 @@ def workload_manifest(w: Workload, *, stagger: StaggerConfig, names: Names | Non
                 "template": template,
             },
         }
+    enable = (names or Names()).enable_label
+    if template["metadata"]["labels"].get(enable) == "1":
+        # The controller's Job webhook selects Jobs by the enable label on the Job itself (evict mode's
+        # podFailurePolicy rule); a user labels both, as the README says.
+        labels[enable] = "1"
     job_spec: Obj = {
         "parallelism": w.replicas,
         "completions": w.completions if w.completions is not None else w.replicas,
