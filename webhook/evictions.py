@@ -17,26 +17,23 @@ so 429s should be rare.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import aiohttp
 
 from stagger.groupbook import Claim, PodKey, PodRecord
 from stagger.kube import ApiError, RestClient
-from webhook.pacing import RECHECK_SECONDS, Pacing
+from webhook.pacing import Pacing
+from webhook.releasing import Releaser
 
 __all__ = ["MAX_BACKOFF_SECONDS", "EvictionReconciler", "EvictionResult", "EvictionStats"]
 
 logger = logging.getLogger(__name__)
 
-# Evictions in flight at once: enough to release a large group quickly, few enough to be polite.
-MAX_IN_FLIGHT = 16
 MAX_BACKOFF_SECONDS = 60.0
 
 EvictionResult = Literal["evicted", "throttled", "gone", "error"]
@@ -48,7 +45,6 @@ class EvictionStats:
     throttled: int = 0
     gone: int = 0
     error: int = 0
-    evicted_uids: list[str] = field(default_factory=list)  # the last few, for tests and /status
 
     def count(self, result: EvictionResult) -> None:
         setattr(self, result, getattr(self, result) + 1)
@@ -60,9 +56,11 @@ class _Backoff:
     failures: int
 
 
-class EvictionReconciler:
+class EvictionReconciler(Releaser):
     """Runs while this replica leads: whenever the book changes (and every RECHECK_SECONDS, as room also
-    changes with time), the held pods the pacers allow are reserved and evicted."""
+    changes with time), the held pods the pacers allow are reserved and evicted (`webhook.releasing`)."""
+
+    verb = "evict"
 
     def __init__(
         self,
@@ -75,65 +73,25 @@ class EvictionReconciler:
         released: Callable[[PodRecord, str, Claim | None], None] = lambda record, reason, claim: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(pacing=pacing, counted=counted)
         self._client = client
-        self._pacing = pacing
         self._backoff_base = backoff
-        self._counted = counted  # each grant decision, by basis (the grant API's metric)
         self._result = result  # each eviction, by result
         self._released = released  # an evicted pod (for its Event)
         self._monotonic = monotonic
-        self._in_flight: set[PodKey] = set()
         self._backoffs: dict[PodKey, _Backoff] = {}
-        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._tasks: set[asyncio.Task[None]] = set()
         self.stats = EvictionStats()
-
-    async def run(self) -> None:
-        pacing = self._pacing
-        try:
-            while True:
-                version = pacing.version
-                if pacing.granting:
-                    self._release(self._due())
-                await pacing.changed(since=version, within=RECHECK_SECONDS)
-        finally:
-            for task in list(self._tasks):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def backing_off(self) -> int:
         """Held pods waiting out a refused eviction."""
         now = self._monotonic()
         return sum(1 for backoff in self._backoffs.values() if backoff.until > now)
 
-    def _due(self) -> list[PodKey]:
-        book = self._pacing.book
-        now = self._monotonic()
-        due: list[PodKey] = []
-        for key in self._pacing.grantable():
-            record = book.get(key)
-            if record is None or not record.evict_hold or key in self._in_flight:
-                continue
-            backoff = self._backoffs.get(key)
-            if backoff is not None and backoff.until > now:
-                continue
-            due.append(key)
-        return due
-
-    def _release(self, keys: Sequence[PodKey]) -> None:
-        for key in keys:
-            record = self._pacing.book.get(key)
-            if record is None:
-                continue
-            decision = self._pacing.grant(namespace=key[0], name=key[1], uid=record.uid)
-            self._counted(decision.basis)
-            if not decision.granted:
-                continue
-            self._in_flight.add(key)
-            task = asyncio.create_task(self._evict(record, decision.reason), name=f"evict {key[0]}/{key[1]}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def handles(self, record: PodRecord) -> bool:
+        if not record.evict_hold:
+            return False
+        backoff = self._backoffs.get(record.key)
+        return backoff is None or backoff.until <= self._monotonic()
 
     def _refused(self, key: PodKey, result: EvictionResult, *, retry_after: float | None) -> None:
         # The place is free again at once; no change is signalled, so a pod that keeps being refused is
@@ -151,46 +109,39 @@ class EvictionReconciler:
             delay = min(MAX_BACKOFF_SECONDS, retry_after)
         self._backoffs[key] = _Backoff(until=self._monotonic() + delay, failures=failures)
 
-    async def _evict(self, record: PodRecord, reason: str) -> None:
+    async def release(self, record: PodRecord, reason: str) -> None:
         key = record.key
+        self._pacing.evicting(record)
         try:
-            async with self._slots:
-                self._pacing.evicting(record)
-                try:
-                    await self._client.evict(
-                        namespace=record.namespace, name=record.name, uid=record.uid or None
-                    )
-                except ApiError as err:
-                    self._pacing.eviction_failed(record)
-                    if err.status in (404, 409):
-                        self._refused(key, "gone", retry_after=None)
-                        logger.info("%s/%s not evicted, it is gone or another pod now: %s", *key, err)
-                    elif err.status == 429:
-                        self._refused(key, "throttled", retry_after=_retry_after(err))
-                        logger.info("eviction of %s/%s refused for now: %s", *key, err)
-                    else:
-                        self._refused(key, "error", retry_after=None)
-                        logger.warning("could not evict %s/%s: %s", *key, err)
-                    return
-                except (aiohttp.ClientError, TimeoutError) as err:
-                    self._pacing.eviction_failed(record)
-                    self._refused(key, "error", retry_after=None)
-                    logger.warning("could not evict %s/%s: %s", *key, err or type(err).__name__)
-                    return
-                self._backoffs.pop(key, None)
-                claim = self._pacing.evicted(record)
-                self.stats.count("evicted")
-                self.stats.evicted_uids = [*self.stats.evicted_uids[-99:], record.uid]
-                self._result("evicted")
-                self._released(record, reason, claim)
-                logger.info(
-                    "released %s/%s (evicted; its owner's replacement goes against reservation %s): %s",
-                    *key,
-                    claim.id if claim is not None else "none",
-                    reason,
-                )
-        finally:
-            self._in_flight.discard(key)
+            await self._client.evict(namespace=record.namespace, name=record.name, uid=record.uid or None)
+        except ApiError as err:
+            self._pacing.eviction_failed(record)
+            if err.status in (404, 409):
+                self._refused(key, "gone", retry_after=None)
+                logger.info("%s/%s not evicted, it is gone or another pod now: %s", *key, err)
+            elif err.status == 429:
+                self._refused(key, "throttled", retry_after=_retry_after(err))
+                logger.info("eviction of %s/%s refused for now: %s", *key, err)
+            else:
+                self._refused(key, "error", retry_after=None)
+                logger.warning("could not evict %s/%s: %s", *key, err)
+            return
+        except (aiohttp.ClientError, TimeoutError) as err:
+            self._pacing.eviction_failed(record)
+            self._refused(key, "error", retry_after=None)
+            logger.warning("could not evict %s/%s: %s", *key, err or type(err).__name__)
+            return
+        self._backoffs.pop(key, None)
+        claim = self._pacing.evicted(record)
+        self.stats.count("evicted")
+        self._result("evicted")
+        self._released(record, reason, claim)
+        logger.info(
+            "released %s/%s (evicted; its owner's replacement goes against reservation %s): %s",
+            *key,
+            claim.id if claim is not None else "none",
+            reason,
+        )
 
 
 def _retry_after(err: ApiError) -> float | None:

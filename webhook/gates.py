@@ -13,27 +13,23 @@ https://kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from stagger.groupbook import PodKey
+from stagger.groupbook import PodKey, PodRecord
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
 from webhook.pacing import Pacing
+from webhook.releasing import Releaser
 
 __all__ = ["GateReconciler", "GateStats", "json_pointer", "ungate_patch"]
 
 logger = logging.getLogger(__name__)
-
-# Patches in flight at once: enough to release a large group quickly, few enough to be polite to the API server.
-MAX_IN_FLIGHT = 16
 
 
 def json_pointer(*parts: str) -> str:
@@ -82,9 +78,11 @@ class GateStats:
     failed: int = 0
 
 
-class GateReconciler:
+class GateReconciler(Releaser):
     """Runs while this replica leads: whenever the book changes (or every RECHECK_SECONDS), the gated pods
-    the pacers allow are reserved and released."""
+    the pacers allow are reserved and released (`webhook.releasing`)."""
+
+    verb = "ungate"
 
     def __init__(
         self,
@@ -96,53 +94,15 @@ class GateReconciler:
         counted: Callable[[str], None] = lambda basis: None,
         removed: Callable[[str], None] = lambda result: None,
     ) -> None:
+        super().__init__(pacing=pacing, counted=counted)
         self._client = client
-        self._pacing = pacing
         self._pod = pod
         self._wall = wall
-        self._counted = counted  # each grant decision, by basis (the grant API's metric)
         self._removed = removed  # each patch, by result: ok, error
-        self._in_flight: set[PodKey] = set()
-        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._tasks: set[asyncio.Task[None]] = set()
         self.stats = GateStats()
 
-    async def run(self) -> None:
-        pacing = self._pacing
-        try:
-            while True:
-                version = pacing.version
-                if pacing.granting:
-                    self._release(self._due())
-                await pacing.changed(since=version, within=1.0)
-        finally:
-            for task in list(self._tasks):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _due(self) -> list[PodKey]:
-        book = self._pacing.book
-        due: list[PodKey] = []
-        for key in self._pacing.grantable():
-            record = book.get(key)
-            if record is not None and record.gated and key not in self._in_flight:
-                due.append(key)
-        return due
-
-    def _release(self, keys: Sequence[PodKey]) -> None:
-        for key in keys:
-            record = self._pacing.book.get(key)
-            if record is None:
-                continue
-            decision = self._pacing.grant(namespace=key[0], name=key[1], uid=record.uid)
-            self._counted(decision.basis)
-            if not decision.granted:
-                continue
-            self._in_flight.add(key)
-            task = asyncio.create_task(self._ungate(key, decision.reason), name=f"ungate {key[0]}/{key[1]}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def handles(self, record: PodRecord) -> bool:
+        return record.gated
 
     def _failed(self, key: PodKey) -> None:
         # The place is free again at once; no change is signalled, so a pod whose patch keeps failing is
@@ -151,37 +111,25 @@ class GateReconciler:
         self._removed("error")
         self._pacing.book.unreserve(key)
 
-    async def _ungate(self, key: PodKey, reason: str) -> None:
+    async def release(self, record: PodRecord, reason: str) -> None:
+        key = record.key
+        pod = self._pod(key)
+        patch = None if pod is None else ungate_patch(pod, names=self._pacing.names, wall=self._wall())
+        if patch is None:
+            return
         try:
-            async with self._slots:
-                pod = self._pod(key)
-                patch = (
-                    None if pod is None else ungate_patch(pod, names=self._pacing.names, wall=self._wall())
-                )
-                if patch is None:
-                    return
-                try:
-                    await self._client.patch(
-                        PODS, name=key[1], namespace=key[0], patch=patch, patch_type="json"
-                    )
-                except ApiError as err:
-                    self._failed(key)
-                    level = logging.INFO if err.status in (404, 409, 422) else logging.WARNING
-                    logger.log(
-                        level, "could not remove the scheduling gate of %s/%s: %s", key[0], key[1], err
-                    )
-                    return
-                except (aiohttp.ClientError, TimeoutError) as err:
-                    self._failed(key)
-                    logger.warning(
-                        "could not remove the scheduling gate of %s/%s: %s",
-                        key[0],
-                        key[1],
-                        err or type(err).__name__,
-                    )
-                    return
-                self.stats.removed += 1
-                self._removed("ok")
-                logger.info("released %s/%s (scheduling gate removed): %s", key[0], key[1], reason)
-        finally:
-            self._in_flight.discard(key)
+            await self._client.patch(PODS, name=key[1], namespace=key[0], patch=patch, patch_type="json")
+        except ApiError as err:
+            self._failed(key)
+            level = logging.INFO if err.status in (404, 409, 422) else logging.WARNING
+            logger.log(level, "could not remove the scheduling gate of %s/%s: %s", key[0], key[1], err)
+            return
+        except (aiohttp.ClientError, TimeoutError) as err:
+            self._failed(key)
+            logger.warning(
+                "could not remove the scheduling gate of %s/%s: %s", key[0], key[1], err or type(err).__name__
+            )
+            return
+        self.stats.removed += 1
+        self._removed("ok")
+        logger.info("released %s/%s (scheduling gate removed): %s", key[0], key[1], reason)
