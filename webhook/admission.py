@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -449,18 +449,57 @@ def _request_problem(body: object) -> str | None:
     return None
 
 
-def _is_pod_create(request: Mapping[str, Any]) -> bool:
-    """A pod being created (the webhook is registered for nothing else, but a misconfiguration must not
-    get our patch applied to something else)."""
+def _is_create(request: Mapping[str, Any], *, kind: str, group: str, resource: str) -> bool:
+    """An object of `kind` being created (the webhooks are registered for nothing else, but a
+    misconfiguration must not get our patch applied to something else)."""
     operation = request.get("operation", "CREATE")
-    resource = request.get("resource")
-    kind = request["object"].get("kind", "Pod")
-    if operation != "CREATE" or kind != "Pod" or request.get("subResource"):
+    requested = request.get("resource")
+    if operation != "CREATE" or request["object"].get("kind", kind) != kind or request.get("subResource"):
         return False
-    return not isinstance(resource, Mapping) or (resource.get("group"), resource.get("resource")) == (
-        "",
-        "pods",
+    return not isinstance(requested, Mapping) or (requested.get("group"), requested.get("resource")) == (
+        group,
+        resource,
     )
+
+
+def _is_pod_create(request: Mapping[str, Any]) -> bool:
+    return _is_create(request, kind="Pod", group="", resource="pods")
+
+
+Mutate = Callable[[Mapping[str, Any], str | None], tuple[list[wire.PatchOperation], list[str]]]
+"""(the object, the request's namespace) -> (JSON patch, warnings)."""
+
+
+def _answer(
+    body: object,
+    *,
+    applies: Callable[[Mapping[str, Any]], bool],
+    mutate: Mutate,
+    internal_errors: list[Exception] | None,
+) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
+    """The answer to one AdmissionReview: 400 when it is not one; else allowed, with `mutate`'s patch and
+    warnings when the request `applies`; an exception admits the object unchanged (see `review`)."""
+    problem = _request_problem(body)
+    if problem is not None:
+        return 400, {"error": problem}
+    assert isinstance(body, Mapping)  # checked by _request_problem
+    request = body["request"]
+    response: wire.AdmissionResponse = {"uid": request["uid"], "allowed": True}
+    try:
+        if applies(request):
+            namespace = request.get("namespace")
+            ops, warnings = mutate(request["object"], namespace if isinstance(namespace, str) else None)
+            if ops:
+                patch = json.dumps(ops, separators=(",", ":")).encode("utf-8")
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(patch).decode("ascii")
+            if warnings:
+                response["warnings"] = warnings
+    except Exception as error:  # never let a bug in stagger block a pod or a Job
+        if internal_errors is not None:
+            internal_errors.append(error)
+        response = {"uid": request["uid"], "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]}
+    return 200, {"apiVersion": wire.API_VERSION, "kind": wire.KIND, "response": response}
 
 
 def review(
@@ -479,34 +518,14 @@ def review(
     that allows the pod, with a patch when stagger changes it. An exception while building the patch is
     appended to `internal_errors` (for the caller to log and count) and the pod is admitted unchanged with
     the warning INTERNAL_ERROR_WARNING."""
-    problem = _request_problem(body)
-    if problem is not None:
-        return 400, {"error": problem}
-    assert isinstance(body, Mapping)  # checked by _request_problem
-    request = body["request"]
-    response: wire.AdmissionResponse = {"uid": request["uid"], "allowed": True}
-    try:
-        if _is_pod_create(request):
-            namespace = request.get("namespace")
-            ops, warnings = mutation(
-                request["object"],
-                policies=policies,
-                names=names,
-                settings=settings,
-                namespace=namespace if isinstance(namespace, str) else None,
-                evict=evict,
-            )
-            if ops:
-                patch = json.dumps(ops, separators=(",", ":")).encode("utf-8")
-                response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(patch).decode("ascii")
-            if warnings:
-                response["warnings"] = warnings
-    except Exception as error:  # never let a bug in stagger block a pod
-        if internal_errors is not None:
-            internal_errors.append(error)
-        response = {"uid": request["uid"], "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]}
-    return 200, {"apiVersion": wire.API_VERSION, "kind": wire.KIND, "response": response}
+    return _answer(
+        body,
+        applies=_is_pod_create,
+        mutate=lambda pod, namespace: mutation(
+            pod, policies=policies, names=names, settings=settings, namespace=namespace, evict=evict
+        ),
+        internal_errors=internal_errors,
+    )
 
 
 # --- Jobs ---------------------------------------------------------------------------------------------
@@ -604,17 +623,6 @@ def job_mutation(
     return ops, list(placement.warnings)
 
 
-def _is_job_create(request: Mapping[str, Any]) -> bool:
-    resource = request.get("resource")
-    kind = request["object"].get("kind", "Job")
-    if request.get("operation", "CREATE") != "CREATE" or kind != "Job" or request.get("subResource"):
-        return False
-    return not isinstance(resource, Mapping) or (resource.get("group"), resource.get("resource")) == (
-        "batch",
-        "jobs",
-    )
-
-
 def review_job(
     body: object,
     *,
@@ -623,29 +631,9 @@ def review_job(
     internal_errors: list[Exception] | None = None,
 ) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
     """`POST /mutate/jobs`: as `review`, for Jobs being created (`job_mutation`)."""
-    problem = _request_problem(body)
-    if problem is not None:
-        return 400, {"error": problem}
-    assert isinstance(body, Mapping)
-    request = body["request"]
-    response: wire.AdmissionResponse = {"uid": request["uid"], "allowed": True}
-    try:
-        if _is_job_create(request):
-            namespace = request.get("namespace")
-            ops, warnings = job_mutation(
-                request["object"],
-                policies=policies,
-                names=names,
-                namespace=namespace if isinstance(namespace, str) else None,
-            )
-            if ops:
-                patch = json.dumps(ops, separators=(",", ":")).encode("utf-8")
-                response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(patch).decode("ascii")
-            if warnings:
-                response["warnings"] = warnings
-    except Exception as error:  # never let a bug in stagger block a Job
-        if internal_errors is not None:
-            internal_errors.append(error)
-        response = {"uid": request["uid"], "allowed": True, "warnings": [INTERNAL_ERROR_WARNING]}
-    return 200, {"apiVersion": wire.API_VERSION, "kind": wire.KIND, "response": response}
+    return _answer(
+        body,
+        applies=lambda request: _is_create(request, kind="Job", group="batch", resource="jobs"),
+        mutate=lambda job, namespace: job_mutation(job, policies=policies, names=names, namespace=namespace),
+        internal_errors=internal_errors,
+    )

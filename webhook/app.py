@@ -233,18 +233,47 @@ async def _evict_answer(
     return await decide(question)
 
 
-async def mutate_pods(request: web.Request) -> web.Response:
-    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
+Review = Callable[
+    [object, Admission, list[Exception]], Awaitable[tuple[int, wire.ReviewOut | wire.ErrorBody]]
+]
+"""(the decoded body, the admission in force, where to append internal errors) -> (status, answer)."""
+
+
+async def _admission(request: web.Request, review: Review, *, log_warnings: bool) -> web.Response:
+    """One AdmissionReview in, its answer out: read, reviewed, errors reported and counted, timed.
+    `log_warnings`: the warnings are logged at INFO (they say why stagger left an object alone)."""
     began = time.perf_counter()
     app = request.app
     body = await _read_review(request, began)
     if isinstance(body, web.Response):
         return body
-    current = app[ADMISSION]
     errors: list[Exception] = []
     try:
-        evict = await _evict_answer(app, body, current)
-        code, answer = admission.review(
+        code, answer = await review(body, app[ADMISSION], errors)
+    except Exception as unguarded:  # a bug outside the review's own guard: still never deny
+        errors.append(unguarded)
+        code, answer = _unchanged(body)
+    for error in errors:
+        app[ERRORS].report(error, what=_what(body))
+    if code != 200:
+        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
+    response = cast(wire.ReviewOut, answer)["response"]
+    result = "error" if errors else "mutated" if "patch" in response else "allowed"
+    if log_warnings and response.get("warnings"):
+        logger.info("admission of %s: %s", _what(body), "; ".join(response.get("warnings", [])))
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug("admission of %s: %s %s", _what(body), result, response.get("warnings", ""))
+    return _answer(request, began, 200, answer, result)
+
+
+async def mutate_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
+
+    async def review(
+        body: object, current: Admission, errors: list[Exception]
+    ) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
+        evict = await _evict_answer(request.app, body, current)
+        return admission.review(
             body,
             policies=current.policies,
             names=current.names,
@@ -252,45 +281,21 @@ async def mutate_pods(request: web.Request) -> web.Response:
             internal_errors=errors,
             evict=evict,
         )
-    except Exception as unguarded:  # a bug outside review's own guard: still never deny
-        errors.append(unguarded)
-        code, answer = _unchanged(body)
-    for error in errors:
-        app[ERRORS].report(error, what=_what(body))
-    if code != 200:
-        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
-    response = cast(wire.ReviewOut, answer)["response"]
-    result = "error" if errors else "mutated" if "patch" in response else "allowed"
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("admission of %s: %s %s", _what(body), result, response.get("warnings", ""))
-    return _answer(request, began, 200, answer, result)
+
+    return await _admission(request, review, log_warnings=False)
 
 
 async def mutate_jobs(request: web.Request) -> web.Response:
     """`POST /mutate/jobs`: evict mode's rule for Jobs (`admission.review_job`)."""
-    began = time.perf_counter()
-    app = request.app
-    body = await _read_review(request, began)
-    if isinstance(body, web.Response):
-        return body
-    current = app[ADMISSION]
-    errors: list[Exception] = []
-    try:
-        code, answer = admission.review_job(
+
+    async def review(
+        body: object, current: Admission, errors: list[Exception]
+    ) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
+        return admission.review_job(
             body, policies=current.policies, names=current.names, internal_errors=errors
         )
-    except Exception as unguarded:  # a bug outside review_job's own guard: still never deny
-        errors.append(unguarded)
-        code, answer = _unchanged(body)
-    for error in errors:
-        app[ERRORS].report(error, what=_what(body))
-    if code != 200:
-        return _bad_request(request, began, code, cast(wire.ErrorBody, answer)["error"])
-    response = cast(wire.ReviewOut, answer)["response"]
-    result = "error" if errors else "mutated" if "patch" in response else "allowed"
-    if response.get("warnings"):
-        logger.info("admission of %s: %s", _what(body), "; ".join(response.get("warnings", [])))
-    return _answer(request, began, 200, answer, result)
+
+    return await _admission(request, review, log_warnings=True)
 
 
 # --- status and probes --------------------------------------------------------------------------------

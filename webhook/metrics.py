@@ -85,7 +85,8 @@ class Metrics:
             "stagger_controller_evict_admissions",
             "Evict-mode admission decisions, by outcome: admit (let through), hold, lock (no group pacing "
             "here: paced by the init client), and by how: reserved (its owner's reservation), paced, denied, "
-            "forwarded (asked the leader), unanswered (the leader could not be asked in time: held).",
+            "forwarded (asked the leader), unanswered (the leader could not be asked in time: held), off (no "
+            "group pacing: lock).",
             ["outcome", "basis"],
             registry=r,
         )
