@@ -4,10 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.cluster.controllers import ControllerSettings
+from sim.cluster.scenario import NodePool
+from sim.cluster.scheduler import SchedulerSettings
+from sim.cluster.simcluster import ClusterSettings
+from stagger.informer import InformerSettings
 from stagger.kube import Resource, RestClient
 from tests.waiting import eventually
 
-__all__ = ["eventually", "list_items"]
+__all__ = ["IGNORE_DISRUPTION", "cluster_settings", "eventually", "list_items"]
+
+# A Job's podFailurePolicy that does not count an eviction (the DisruptionTarget condition) as a failure.
+IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+
+
+def cluster_settings(
+    *, nodes: int = 2, cores: float = 4, time_scale: float = 20, **more: Any
+) -> ClusterSettings:
+    """A small simulated cluster whose informers re-watch quickly (`more`: other ClusterSettings fields)."""
+    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
+    return ClusterSettings(
+        nodes=NodePool(count=nodes, cores=cores, memory="8Gi"),
+        time_scale=time_scale,
+        informer=informer,
+        scheduler=SchedulerSettings(informer=informer),
+        controllers=ControllerSettings(informer=informer),
+        **more,
+    )
 
 
 async def list_items(client: RestClient, resource: Resource, **kwargs: Any) -> list[dict[str, Any]]:

@@ -8,32 +8,16 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.controllers import ControllerSettings
 from sim.cluster.objects import is_terminating, name_of, node_name_of
-from sim.cluster.scenario import NodePool, StaggerConfig, Workload, workload_manifest
-from sim.cluster.scheduler import SchedulerSettings
-from sim.cluster.simcluster import ClusterSettings, SimCluster, node_name
-from stagger.informer import InformerSettings
+from sim.cluster.scenario import StaggerConfig, Workload, workload_manifest
+from sim.cluster.simcluster import SimCluster, node_name
 from stagger.kube import DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, ApiError
 from stagger.objects import condition_true
 from stagger.podstate import is_pod_ready
 from tests.backends import Backend
-from tests.cluster.helpers import eventually, list_items
+from tests.cluster.helpers import IGNORE_DISRUPTION, cluster_settings, eventually, list_items
 
 pytestmark = pytest.mark.e2e
-
-IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
-
-
-def settings(*, nodes: int = 2, cores: float = 4, time_scale: float = 20) -> ClusterSettings:
-    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
-    return ClusterSettings(
-        nodes=NodePool(count=nodes, cores=cores, memory="8Gi"),
-        time_scale=time_scale,
-        informer=informer,
-        scheduler=SchedulerSettings(informer=informer),
-        controllers=ControllerSettings(informer=informer),
-    )
 
 
 async def pods_of(cluster: SimCluster, app: str, namespace: str) -> list[dict[str, Any]]:
@@ -42,7 +26,7 @@ async def pods_of(cluster: SimCluster, app: str, namespace: str) -> list[dict[st
 
 async def test_a_deployment_scales_up_and_every_pod_becomes_ready(backend: Backend) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings()) as cluster:
         web = Workload(
             kind="Deployment", name="web", namespace=ns, replicas=6, cpu_seconds=1, requests={"cpu": "100m"}
         )
@@ -94,7 +78,7 @@ async def test_a_deployment_scales_up_and_every_pod_becomes_ready(backend: Backe
 
 async def test_an_evicted_pod_is_replaced_by_its_replicaset(backend: Backend) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings()) as cluster:
         web = Workload(kind="Deployment", name="web", namespace=ns, replicas=3, cpu_seconds=0.5)
         await cluster.apply(workload_manifest(web, stagger=StaggerConfig()))
 
@@ -129,7 +113,7 @@ async def test_an_evicted_pod_is_replaced_by_its_replicaset(backend: Backend) ->
 
 async def test_a_job_does_not_count_an_eviction_as_a_failure(backend: Backend) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings()) as cluster:
         batch = Workload(
             kind="Job",
             name="batch",
@@ -168,7 +152,7 @@ async def test_a_daemonset_runs_one_ready_pod_per_node_and_deleting_owners_colle
     backend: Backend,
 ) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings()) as cluster:
         agent = {
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",

@@ -9,32 +9,16 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.controllers import ControllerSettings
 from sim.cluster.objects import is_terminating, name_of, node_name_of
-from sim.cluster.scenario import NodePool
-from sim.cluster.scheduler import SchedulerSettings
-from sim.cluster.simcluster import ClusterSettings, SimCluster
-from stagger.informer import InformerSettings
+from sim.cluster.simcluster import SimCluster
 from stagger.kube import JOBS, NODES, PDBS, PODS
 from stagger.objects import condition_true
 from tests.backends import Backend
-from tests.cluster.helpers import eventually, list_items
+from tests.cluster.helpers import IGNORE_DISRUPTION, cluster_settings, eventually, list_items
 
 pytestmark = pytest.mark.e2e
 
 HOLD_LABEL = "example.com/hold"
-IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
-
-
-def settings() -> ClusterSettings:
-    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
-    return ClusterSettings(
-        nodes=NodePool(count=1, cores=2, memory="8Gi"),
-        time_scale=20,
-        informer=informer,
-        scheduler=SchedulerSettings(informer=informer),
-        controllers=ControllerSettings(informer=informer),
-    )
 
 
 def held_job(namespace: str) -> dict[str, Any]:
@@ -73,7 +57,7 @@ async def test_a_held_job_pod_is_evicted_despite_its_budget_and_not_counted_as_a
     backend: Backend,
 ) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings(nodes=1, cores=2)) as cluster:
         client = cluster.client
         await client.create(
             PDBS,

@@ -9,14 +9,12 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.controllers import ControllerSettings
-from sim.cluster.scenario import NodePool, StaggerConfig
-from sim.cluster.scheduler import SchedulerSettings
-from sim.cluster.simcluster import ClusterSettings, SimCluster
-from stagger.informer import InformerSettings
+from sim.cluster.scenario import StaggerConfig
+from sim.cluster.simcluster import SimCluster
 from stagger.kube import JOBS
 from stagger.names import Names
 from tests.backends import Backend
+from tests.cluster.helpers import cluster_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -33,18 +31,6 @@ nodePolicies:
 """
 ENABLE = Names().enable_label
 IGNORE_RULE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-
-
-def settings() -> ClusterSettings:
-    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
-    return ClusterSettings(
-        nodes=NodePool(count=1, cores=2, memory="8Gi"),
-        time_scale=10,
-        informer=informer,
-        scheduler=SchedulerSettings(informer=informer),
-        controllers=ControllerSettings(informer=informer),
-        stagger=StaggerConfig(enabled=True, host_port=0, policies=POLICIES, controller=True),
-    )
 
 
 def job(name: str, namespace: str, *, enabled: bool) -> dict[str, Any]:
@@ -67,7 +53,15 @@ async def test_an_enabled_job_gets_the_disruption_ignore_rule_and_others_are_lef
     backend: Backend,
 ) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(
+        api=backend.api,
+        settings=cluster_settings(
+            nodes=1,
+            cores=2,
+            time_scale=10,
+            stagger=StaggerConfig(enabled=True, host_port=0, policies=POLICIES, controller=True),
+        ),
+    ) as cluster:
         created = await cluster.client.create(JOBS, job("held", ns, enabled=True), namespace=ns)
         spec = created["spec"]
         assert (spec.get("podFailurePolicy") or {}).get("rules") == [IGNORE_RULE], (

@@ -10,30 +10,15 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.controllers import ControllerSettings
 from sim.cluster.objects import name_of, uid_of
-from sim.cluster.scenario import NodePool
-from sim.cluster.scheduler import SchedulerSettings
-from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.cluster.simcluster import SimCluster
 from sim.cluster.workloads.statefulset import STATEFULSETS
-from stagger.informer import InformerSettings
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.podstate import is_pod_ready
 from tests.backends import Backend
-from tests.cluster.helpers import eventually, list_items
+from tests.cluster.helpers import cluster_settings, eventually, list_items
 
 pytestmark = pytest.mark.e2e
-
-
-def settings() -> ClusterSettings:
-    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
-    return ClusterSettings(
-        nodes=NodePool(count=2, cores=2, memory="8Gi"),
-        time_scale=20,
-        informer=informer,
-        scheduler=SchedulerSettings(informer=informer),
-        controllers=ControllerSettings(informer=informer),
-    )
 
 
 def statefulset(namespace: str, replicas: int) -> dict[str, Any]:
@@ -93,7 +78,7 @@ async def test_a_statefulset_starts_in_order_recreates_by_name_and_scales_down_f
     backend: Backend,
 ) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings(nodes=2, cores=2)) as cluster:
         client = cluster.client
         log = PodLog()
         start = str((await client.list(PODS, namespace=ns))["metadata"]["resourceVersion"])

@@ -10,33 +10,18 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.controllers import ControllerSettings
 from sim.cluster.objects import name_of, node_name_of
-from sim.cluster.scenario import NodePool
-from sim.cluster.scheduler import SchedulerSettings
-from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.cluster.simcluster import SimCluster
 from sim.cluster.startup import cpu_busy_percent, starting_count
-from stagger.informer import InformerSettings
 from stagger.kube import PODS, ApiError
 from stagger.objects import condition
 from tests.backends import Backend
-from tests.cluster.helpers import eventually
+from tests.cluster.helpers import cluster_settings, eventually
 
 pytestmark = pytest.mark.e2e
 
 IDLE = ["python", "-m", "lockd.idle"]
 STAGGER_IMAGE = "stagger:test"
-
-
-def settings() -> ClusterSettings:
-    informer = InformerSettings(watch_timeout_seconds=30, retry_seconds=0.2)
-    return ClusterSettings(
-        nodes=NodePool(count=1, cores=2, memory="8Gi"),
-        time_scale=20,
-        informer=informer,
-        scheduler=SchedulerSettings(informer=informer),
-        controllers=ControllerSettings(informer=informer),
-    )
 
 
 def stub(name: str) -> dict[str, Any]:
@@ -83,7 +68,7 @@ def states(statuses: list[dict[str, Any]]) -> list[str]:
 
 async def test_a_stub_pod_stays_in_init_idle_until_evicted_and_its_stubs_exit_0(backend: Backend) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()) as cluster:
+    async with SimCluster(api=backend.api, settings=cluster_settings(nodes=1, cores=2)) as cluster:
         await backend.client.create(PODS, held_pod("held", ns), namespace=ns)
 
         async def holding() -> bool:
@@ -139,7 +124,7 @@ async def test_a_stub_pod_stays_in_init_idle_until_evicted_and_its_stubs_exit_0(
 
 async def test_a_stub_container_runs_and_is_never_ready_until_deleted(backend: Backend) -> None:
     ns = backend.namespace
-    async with SimCluster(api=backend.api, settings=settings()):
+    async with SimCluster(api=backend.api, settings=cluster_settings(nodes=1, cores=2)):
         manifest = held_pod("idle", ns)
         del manifest["spec"]["initContainers"]
         await backend.client.create(PODS, manifest, namespace=ns)

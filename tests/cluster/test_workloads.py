@@ -22,6 +22,7 @@ from sim.cluster.workloads.garbage import orphans
 from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
 from sim.cluster.workloads.replicaset import reconcile_replicaset
 from stagger.kube import DAEMONSETS, JOBS, PODS, REPLICASETS
+from tests.cluster.helpers import IGNORE_DISRUPTION
 
 NOW = dt.datetime(2024, 1, 1, 12, 0, tzinfo=dt.UTC)
 _uids = itertools.count()
@@ -262,7 +263,6 @@ def test_deployment_status_adds_up_its_replicasets() -> None:
 
 # ----------------------------------------------------------------------------------------------- Job
 
-IGNORE_DISRUPTION = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 DISRUPTED = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
 
 

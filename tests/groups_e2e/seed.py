@@ -3,13 +3,18 @@ namespace and a second one, any free host port, and the mode asked for."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sim.cluster.grouprun import During
+from sim.cluster.groupwatch import GroupWatch
 from sim.cluster.scenario import Scenario, load_scenario
+from sim.cluster.simcluster import SimCluster
 from stagger.kube import NAMESPACES
 from tests.backends import Backend, clean_namespace
 
@@ -47,3 +52,27 @@ async def seed_scenario(
     finally:
         if backend.real:
             await clean_namespace(backend.client, second)
+
+
+def kill_the_leader(leaders: list[str | None], *, once: Callable[[GroupWatch], bool]) -> During:
+    """What to do during a run with two controller replicas: once `once(group)` holds, kill the Lease's
+    holder (SIGKILL: no release) and wait until the other replica holds it; `leaders` gets both names."""
+
+    async def during(cluster: SimCluster, group: GroupWatch) -> None:
+        controller = cluster.controller
+        assert controller is not None
+        started = await group.wait_until(lambda: once(group), within=120)
+        assert started, f"the herd did not get there: {group.timeline[-3:]}"
+        # The Lease is read every 0.1 s by ControllerProcess, which has no event to await.
+        deadline = time.monotonic() + 60
+        while not controller.leader:
+            assert time.monotonic() < deadline, "no leader"
+            await asyncio.sleep(0.1)
+        leaders.append(controller.leader)
+        controller.kill(controller.leader)
+        while controller.leader in (None, leaders[0]):
+            assert time.monotonic() < deadline, "no other replica took over"
+            await asyncio.sleep(0.1)
+        leaders.append(controller.leader)
+
+    return during

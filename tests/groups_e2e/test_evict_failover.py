@@ -13,42 +13,16 @@ leader counted refused)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 from sim.cluster.grouprun import run_group
-from sim.cluster.groupwatch import GroupWatch
-from sim.cluster.simcluster import SimCluster
 from tests.backends import Backend
 from tests.groups_e2e.evict import events_by_pod
-from tests.groups_e2e.seed import seed_scenario
+from tests.groups_e2e.seed import kill_the_leader, seed_scenario
 
 
 async def test_the_leader_killed_mid_herd_in_evict_mode(backend: Backend, tmp_path: Path) -> None:
     leaders: list[str | None] = []
-
-    async def kill_the_leader(cluster: SimCluster, group: GroupWatch) -> None:
-        controller = cluster.controller
-        assert controller is not None
-        # Every pod of the herd admitted (let through or held) before the kill: pods created while the
-        # admission Service still sends some requests to the dead replica are admitted unchanged
-        # (failurePolicy Ignore), unpaced, by design.
-        started = await group.wait_until(
-            lambda: bool(group.timeline and group.timeline[-1].started >= 4 and len(group.pods) >= 40),
-            within=120,
-        )
-        assert started, f"the herd did not start: {group.timeline[-3:]}"
-        deadline = time.monotonic() + 60
-        while not controller.leader:  # the Lease is read every 0.1 s by ControllerProcess
-            assert time.monotonic() < deadline, "no leader"
-            await asyncio.sleep(0.1)
-        leaders.append(controller.leader)
-        controller.kill(controller.leader)
-        while controller.leader in (None, leaders[0]):
-            assert time.monotonic() < deadline, "no other replica took over"
-            await asyncio.sleep(0.1)
-        leaders.append(controller.leader)
 
     verb = "post" if backend.real else "create"
     evictions_before = await backend.requests(verb=verb, resource="pods/eviction")
@@ -56,7 +30,15 @@ async def test_the_leader_killed_mid_herd_in_evict_mode(backend: Backend, tmp_pa
         run = await run_group(
             scenario,
             api=backend.api,
-            during=kill_the_leader,
+            # Every pod of the herd admitted (let through or held) before the kill: pods created while the
+            # admission Service still sends some requests to the dead replica are admitted unchanged
+            # (failurePolicy Ignore), unpaced, by design.
+            during=kill_the_leader(
+                leaders,
+                once=lambda group: bool(
+                    group.timeline and group.timeline[-1].started >= 4 and len(group.pods) >= 40
+                ),
+            ),
             work_dir=tmp_path,
             controller_lease=(3.0, 2.0, 0.5),
         )

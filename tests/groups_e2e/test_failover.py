@@ -7,40 +7,23 @@ exceeding its pacer's allowance."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 from sim.cluster.grouprun import run_group
-from sim.cluster.groupwatch import GroupWatch
-from sim.cluster.simcluster import SimCluster
 from tests.backends import Backend
-from tests.groups_e2e.seed import seed_scenario
+from tests.groups_e2e.seed import kill_the_leader, seed_scenario
 
 
 async def test_the_leader_killed_mid_herd(backend: Backend, tmp_path: Path) -> None:
     leaders: list[str | None] = []
 
-    async def kill_the_leader(cluster: SimCluster, group: GroupWatch) -> None:
-        controller = cluster.controller
-        assert controller is not None
-        deadline = time.monotonic() + 120
-        while not (group.timeline and group.timeline[-1].started >= 4 and controller.leader):
-            assert time.monotonic() < deadline, f"the herd did not start: {group.timeline[-3:]}"
-            await asyncio.sleep(0.1)
-        leaders.append(controller.leader)
-        assert controller.leader is not None
-        controller.kill(controller.leader)
-        while controller.leader in (None, leaders[0]):
-            assert time.monotonic() < deadline, "no other replica took over"
-            await asyncio.sleep(0.1)
-        leaders.append(controller.leader)
-
     async with seed_scenario(backend, controller_replicas=2) as scenario:
         run = await run_group(
             scenario,
             api=backend.api,
-            during=kill_the_leader,
+            during=kill_the_leader(
+                leaders, once=lambda group: bool(group.timeline and group.timeline[-1].started >= 4)
+            ),
             work_dir=tmp_path,
             controller_lease=(3.0, 2.0, 0.5),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stagger.groupbook import PodRecord
 from stagger.names import Names
 from stagger.policy import MaxConcurrentPacer, StaggeringPolicy
 from stagger.selectors import LabelSelector
@@ -47,6 +48,16 @@ def pacing() -> Pacing:
     return Pacing(names=NAMES, policies={POLICY.name: POLICY}, clock=lambda: T0)
 
 
+def evicting(state: Pacing) -> PodRecord:
+    """The held pod db-0 granted (reserved) and an eviction of it sent: its record."""
+    state.pod_changed(pod("db-0", "old", held=True))
+    assert state.grant(namespace="db", name="db-0", uid="old").granted
+    record = state.book.get(("db", "db-0"))
+    assert record is not None
+    state.evicting(record)
+    return record
+
+
 def test_a_late_event_of_an_evicted_pod_is_ignored() -> None:
     state = pacing()
     state.pod_changed(pod("db-0", "old", held=True))
@@ -78,11 +89,7 @@ def test_the_watch_may_show_the_eviction_before_its_answer() -> None:
     """The real API server usually sends the watch event of an evicted pod before the Eviction API's
     answer: the place goes to the owner then, and the answer finds the same reservation."""
     state = pacing()
-    state.pod_changed(pod("db-0", "old", held=True))
-    assert state.grant(namespace="db", name="db-0", uid="old").granted
-    record = state.book.get(("db", "db-0"))
-    assert record is not None
-    state.evicting(record)
+    record = evicting(state)
     going = pod("db-0", "old", held=True)
     going["metadata"]["deletionTimestamp"] = format_rfc3339(T0, digits=0)
     state.pod_changed(going)  # MODIFIED with deletionTimestamp
@@ -96,11 +103,7 @@ def test_the_watch_may_show_the_eviction_before_its_answer() -> None:
 
 def test_a_refused_eviction_leaves_the_pod_held() -> None:
     state = pacing()
-    state.pod_changed(pod("db-0", "old", held=True))
-    assert state.grant(namespace="db", name="db-0", uid="old").granted
-    record = state.book.get(("db", "db-0"))
-    assert record is not None
-    state.evicting(record)
+    record = evicting(state)
     state.eviction_failed(record)
     state.book.unreserve(("db", "db-0"))
     assert state.book.claims() == [] and state.grantable() == (("db", "db-0"),)
