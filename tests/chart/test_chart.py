@@ -135,7 +135,7 @@ def test_the_validated_versions_are_the_charts() -> None:
                 "controller.replicas=3",
                 "controller.admitTimeoutSeconds=1.5",
                 "controller.podDisruptionBudget.enabled=false",
-                "controller.webhook.timeoutSeconds=2",
+                "controller.webhook.timeoutSeconds=3",
                 "controller.priorityClassName=system-cluster-critical",
                 "controller.nodeSelector.kubernetes\\.io/os=linux",
                 "imagePullSecrets[0].name=pull",

@@ -194,7 +194,12 @@ def test_the_controller_reads_the_evict_mode_settings() -> None:
     ("sets", "text", "seconds"),
     [
         pytest.param((), "0.5s", 0.5, id="default"),
-        pytest.param(("controller.admitTimeoutSeconds=2",), "2s", 2.0, id="whole-seconds"),
+        pytest.param(
+            ("controller.admitTimeoutSeconds=2", "controller.webhook.timeoutSeconds=5"),
+            "2s",
+            2.0,
+            id="whole-seconds",
+        ),
         pytest.param(("controller.admitTimeoutSeconds=0.25",), "0.25s", 0.25, id="fraction"),
     ],
 )
@@ -211,7 +216,7 @@ def test_admit_timeout_follows_the_value(sets: tuple[str, ...], text: str, secon
 @pytest.mark.parametrize(
     "sets",
     [
-        pytest.param(("controller.admitTimeoutSeconds=5",), id="as-long-as-the-webhook-timeout"),
+        pytest.param(("controller.admitTimeoutSeconds=2",), id="as-long-as-the-webhook-timeout"),
         pytest.param(
             ("controller.admitTimeoutSeconds=1.5", "controller.webhook.timeoutSeconds=1"), id="longer"
         ),
@@ -274,7 +279,7 @@ def webhook(*sets: str, resource: str = "pods") -> Doc:
             id="namespaceSelector",
         ),
         pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
-        pytest.param("timeoutSeconds", 5, id="timeoutSeconds"),
+        pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
         pytest.param("sideEffects", "None", id="sideEffects"),
         pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
         pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
@@ -330,7 +335,7 @@ JOBS_RULES = [
         ),
         pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
         pytest.param("sideEffects", "None", id="sideEffects"),
-        pytest.param("timeoutSeconds", 5, id="timeoutSeconds"),
+        pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
         pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
         pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
     ],
@@ -382,7 +387,7 @@ def test_webhook_calls_the_admission_service(resource: str, path: str) -> None:
 @pytest.mark.parametrize(
     ("sets", "field", "expected"),
     [
-        pytest.param(("controller.webhook.timeoutSeconds=2",), "timeoutSeconds", 2, id="timeout"),
+        pytest.param(("controller.webhook.timeoutSeconds=10",), "timeoutSeconds", 10, id="timeout"),
         pytest.param(("controller.webhook.failurePolicy=Fail",), "failurePolicy", "Fail", id="failurePolicy"),
         pytest.param(
             ("controller.webhook.excludeNamespaces={kube-system,monitoring,stagger}",),
