@@ -576,7 +576,11 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         None if settings.standalone else ClusterState(config=kube.load_config(kubeconfig=settings.kubeconfig))
     )
     if reader is None:
-        reader = load.FileLoad(path=settings.load_file) if settings.load_file else load.SystemLoad()
+        reader = (
+            load.FileLoad(path=settings.load_file)
+            if settings.load_file
+            else load.SystemLoad(proc_root=settings.proc_root)
+        )
     cores = settings.cores or psutil.cpu_count(logical=True) or 1
     cache = LoadCache(sample=reader.read())
     app_metrics = Metrics()

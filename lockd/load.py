@@ -4,7 +4,9 @@ Sources, in order of preference:
 - a load file (`--load-file`, a testing aid: the simulated cluster writes each node's modelled load
   there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0}`),
 - psutil for CPU, and Linux pressure stall information (`/proc/pressure/io`, "some avg10") for IO where the
-  kernel has it, else the iowait share of CPU time.
+  kernel has it, else the iowait share of CPU time. Both are read under `--proc-root` (default /proc): a
+  container's own /proc already shows the whole node's CPU and PSI on standard runtimes, but not where
+  /proc is virtualised (lxcfs, sandboxed runtimes); there the host's /proc is mounted and named instead.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from stagger.throttles import LoadSample
 
 logger = logging.getLogger(__name__)
 
-PSI_IO_PATH = Path("/proc/pressure/io")
+PROC_ROOT = Path("/proc")
 
 
 class LoadReader(Protocol):
@@ -45,8 +47,10 @@ def parse_psi_some_avg10(text: str) -> float | None:
 class SystemLoad:
     """psutil CPU percent since the previous read, and IO pressure (PSI) or the iowait share."""
 
-    def __init__(self, *, psi_path: Path = PSI_IO_PATH) -> None:
-        self._psi_path = psi_path
+    def __init__(self, *, proc_root: Path = PROC_ROOT) -> None:
+        self._psi_path = proc_root / "pressure" / "io"
+        # psutil reads <PROCFS_PATH>/stat for CPU times; one process-wide setting, made before the first read.
+        psutil.PROCFS_PATH = str(proc_root)
         # psutil measures between calls; prime both so the first real sample means something.
         psutil.cpu_percent(interval=None)
         psutil.cpu_times_percent(interval=None)

@@ -48,6 +48,8 @@ class Settings:
     node_labels: tuple[tuple[str, str], ...] = ()
     cores: int | None = None
     load_file: Path | None = None
+    # Where the machine's /proc is: psutil's CPU times and the IO pressure file (<proc_root>/pressure/io).
+    proc_root: Path = Path("/proc")
     sample_interval: float = 1.0
     waiter_idle_timeout: float = 30.0
     max_long_poll: float = 60.0
@@ -96,6 +98,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--load-file", ("STAGGER_LOAD_FILE",), "load_file",
            'testing aid: read load as JSON {"cpuPercent": x, "ioPercent": y} from FILE instead of the machine',
            file_path, "FILE"),
+    Option("--proc-root", ("STAGGER_PROC_ROOT",), "proc_root",
+           "where to read the node's CPU times and IO pressure (default /proc; e.g. the host's /proc mounted "
+           "at /host/proc when the container's own /proc is virtualised, as with lxcfs)", file_path, "DIR"),
     Option("--sample-interval", ("STAGGER_SAMPLE_INTERVAL",), "sample_interval",
            "how often load is sampled (default 1s)", seconds(), "DURATION"),
     Option("--waiter-idle-timeout", ("STAGGER_WAITER_IDLE_TIMEOUT",), "waiter_idle_timeout",

@@ -28,6 +28,7 @@ from tests.chart.helm import (
     by_kind,
     container,
     env,
+    mounted_file,
     named,
     pod_spec,
     render,
@@ -233,3 +234,29 @@ def test_no_volume_is_mounted_inside_another(kind: str) -> None:
     paths = [m["mountPath"].rstrip("/") + "/" for m in container(by_kind(render(), kind))["volumeMounts"]]
     assert len(paths) >= 3
     assert not [(a, b) for a in paths for b in paths if a != b and b.startswith(a)]
+
+
+@pytest.mark.parametrize(
+    ("sets", "proc_root"),
+    [
+        pytest.param((), Path("/proc"), id="default-own-proc"),
+        pytest.param(("lockd.hostProc=true",), Path("/host/proc"), id="host-proc"),
+    ],
+)
+def test_lockd_reads_load_from_the_hosts_proc_only_when_asked(
+    sets: tuple[str, ...], proc_root: Path, tmp_path: Path
+) -> None:
+    from lockd.settings import parse_settings
+
+    daemonset = by_kind(render(*sets), "DaemonSet")
+    plain = {**values(daemonset), "STAGGER_POLICIES": str(tmp_path / "p.yaml")}
+    assert parse_settings([], plain).proc_root == proc_root
+    volumes = {v["name"]: v for v in pod_spec(daemonset)["volumes"]}
+    if proc_root == Path("/proc"):
+        assert "STAGGER_PROC_ROOT" not in plain
+        assert not [v for v in volumes.values() if "hostPath" in v]
+    else:
+        assert mounted_file(daemonset, f"{proc_root}/pressure/io") == {
+            "name": "host-proc",
+            "hostPath": {"path": "/proc", "type": "Directory"},
+        }
