@@ -2,8 +2,7 @@
 object of every configuration (defaults, controller disabled, an external controller, an existing
 certificate Secret, cert-manager, the jobs webhook off, other values) is valid for the Kubernetes versions the chart supports
 (the official schemas via kubernetes-validate; cert-manager's own kinds are checked in
-test_controller_tls); NOTES.txt says how to opt a pod in and check /status; the default policy is a valid
-policy file; lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy
+test_controller_tls); NOTES.txt says how to opt a pod in and check /status; lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy
 file, least-privilege RBAC), settings lockd accepts, and no controller wiring without the controller; no
 volume of lockd or the controller is mounted inside another."""
 
@@ -18,7 +17,6 @@ import pytest
 import trustme
 import yaml
 
-from stagger import policy
 from tests.chart.helm import (
     CHART,
     CONTROLLER,
@@ -157,12 +155,6 @@ def test_every_object_is_valid(sets: tuple[str, ...], strings: tuple[str, ...]) 
             kubernetes_validate.validate(doc, version, strict=True)
         checked += 1
     assert checked >= 5
-
-
-def test_default_policy_is_a_valid_policy_file() -> None:
-    config = named(render(), "ConfigMap", "demo-stagger-policies")
-    parsed = policy.parse_policy_text(config["data"]["policies.yaml"], source="chart")
-    assert [p.name for p in parsed.node_policies] == ["default"]
 
 
 def test_lockd_daemonset_has_what_cluster_mode_needs() -> None:

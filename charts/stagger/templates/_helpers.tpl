@@ -57,3 +57,12 @@ app.kubernetes.io/component: controller
 {{- define "stagger.controller.leaderUrl" -}}
 {{- printf "https://%s.%s.svc:443" (include "stagger.controller.leaderName" .) .Release.Namespace -}}
 {{- end -}}
+
+{{/* The policy file's text: the policies value when set, else the chart's configs/_policies.yaml. */}}
+{{- define "stagger.policies" -}}
+{{- if .Values.policies -}}
+{{- toYaml .Values.policies -}}
+{{- else -}}
+{{- .Files.Get "configs/_policies.yaml" -}}
+{{- end -}}
+{{- end -}}
