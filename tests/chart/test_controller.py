@@ -4,8 +4,8 @@ restricted securityContext, a grace period longer than --shutdown-timeout, anti-
 PodDisruptionBudget, the policy file shared with lockd, the two Services (admission to every replica; the
 leader Service selecting the leader label, which lockd's controller URL and the controller's own
 --leader-url name), --admit-timeout (shorter than the webhook's timeout), the token Secret mounted on both
-sides, the MutatingWebhookConfiguration's two webhooks (pods; jobs for evict mode, which a value turns off)
-and its RBAC (evictions included)."""
+sides, the MutatingWebhookConfiguration's two webhooks (pods; jobs for evict mode, which a value turns off).
+Its RBAC: test_rbac."""
 
 from __future__ import annotations
 
@@ -416,32 +416,3 @@ def test_webhook_values(sets: tuple[str, ...], field: str, expected: object) -> 
     assert list(hooks) == ["pods", "jobs"]
     for hook in hooks.values():
         assert hook[field] == expected
-
-
-RULES = {
-    (("",), ("pods",), ("get", "list", "watch", "patch")),
-    (("",), ("pods/eviction",), ("create",)),
-    (("",), ("events",), ("create", "patch")),
-    (("events.k8s.io",), ("events",), ("create", "patch")),
-}
-
-
-@pytest.mark.parametrize(
-    ("kind", "rules"),
-    [
-        pytest.param("ClusterRole", RULES, id="cluster"),
-        pytest.param(
-            "Role", {(("coordination.k8s.io",), ("leases",), ("get", "create", "update"))}, id="leases"
-        ),
-    ],
-)
-def test_controller_rbac(kind: str, rules: set[tuple[tuple[str, ...], ...]]) -> None:
-    docs = render()
-    role = named(docs, kind, CONTROLLER)
-    assert {(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]} == rules
-    binding = named(docs, f"{kind}Binding", CONTROLLER)
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": CONTROLLER}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
-    if kind == "Role":
-        assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == NAMESPACE
-    assert named(docs, "ServiceAccount", CONTROLLER)["metadata"]["namespace"] == NAMESPACE
