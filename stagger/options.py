@@ -6,12 +6,15 @@ variables it may also come from, its help and how its text is read. The argparse
 each option's variables), the environment lookup and the parsing all come from those rows, so a new
 option is one line. Flags win over environment variables, which win over the defaults (the process's own
 settings dataclass). Every problem is a `SettingsError` whose message starts with the flag or the
-variable the bad text came from.
+variable the bad text came from, and a `STAGGER_...` variable that no option reads is one too: a misspelt
+variable in a manifest would otherwise be ignored without a word and its default used.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ __all__ = [
     "read_options",
     "seconds",
     "text",
+    "unknown_variables",
     "whole",
 ]
 
@@ -174,6 +178,38 @@ def build_parser(
     return parser
 
 
+ENV_PREFIX = "STAGGER_"
+
+# The variables Kubernetes sets in every container for each Service of the pod's namespace (unless the pod
+# has enableServiceLinks: false): a Service named `stagger-controller` gives STAGGER_CONTROLLER_SERVICE_HOST,
+# STAGGER_CONTROLLER_PORT_443_TCP_ADDR and the like. They are not ours, and are not typos.
+# https://kubernetes.io/docs/tutorials/services/connect-applications-service/#environment-variables
+_SERVICE_LINK = re.compile(
+    r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$"
+)
+
+
+def unknown_variables(options: Sequence[Option], environ: Mapping[str, str]) -> str | None:
+    """Why the environment cannot be used: `STAGGER_...` variables that no option reads (with the nearest
+    known name), or None."""
+    known = [env for option in options for env in option.envs if env.startswith(ENV_PREFIX)]
+    unknown = sorted(
+        name
+        for name in environ
+        if name.startswith(ENV_PREFIX) and name not in known and not _SERVICE_LINK.match(name)
+    )
+    if not unknown:
+        return None
+    described = []
+    for name in unknown:
+        near = difflib.get_close_matches(name, known, n=1)
+        described.append(f"{name} (did you mean {near[0]}?)" if near else name)
+    return (
+        f"unknown environment variable{'s' if len(unknown) > 1 else ''} {', '.join(described)}: "
+        "no option of this version reads it (`--help` lists each option's variable)"
+    )
+
+
 def read_options(
     parser: argparse.ArgumentParser,
     options: Sequence[Option],
@@ -182,8 +218,12 @@ def read_options(
 ) -> dict[str, Any]:
     """The parsed value of every option given, by `dest`: from its flag, else from the first of its
     variables that is set and not empty. Options given neither way are absent (the caller's defaults
-    apply). Raises SettingsError naming the flag or variable of a bad value."""
+    apply). Raises SettingsError naming the flag or variable of a bad value, or the `STAGGER_...` variables
+    no option reads."""
     args = vars(parser.parse_args(list(argv)))
+    problem = unknown_variables(options, environ)
+    if problem is not None:
+        raise SettingsError(problem)
     values: dict[str, Any] = {}
     for option in options:
         given = args.get(option.dest)

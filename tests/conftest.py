@@ -15,7 +15,8 @@ fixture (tests/backends.py; the session's real control plane, a namespace per te
 (tests that start their own, as `python -m sim herd --control-plane real` does): the emulator (default),
 the real control plane built by `make control-plane`, or each in turn. With `real`, every other test is
 deselected (they test the emulator itself, or need no API server at all), except the real control
-plane's own tests (those taking `control_plane`: tests/controlplane, tests/conformance). docs/testbed.md
+plane's own tests (those taking `control_plane`: tests/controlplane, tests/conformance) and the Helm
+install tests (tests/install). docs/testbed.md
 says which tests run where.
 """
 
@@ -33,7 +34,7 @@ from tests.backends import Backend, open_backend
 TESTS = Path(__file__).parent
 CHOICES = (*BACKEND_KINDS, "both")
 
-E2E_FOLDERS = frozenset({"lockd_sim", "integration", "controlplane"})
+E2E_FOLDERS = frozenset({"lockd_sim", "integration", "controlplane", "install"})
 """Every test here runs a whole cluster or several processes."""
 
 SLOW_FOLDERS = frozenset({"lockd_cluster", "chart"})
@@ -48,6 +49,7 @@ SERVER_FIXTURES = frozenset(
         "cluster_control_plane",  # another, for the simulated clusters of `backend`
         "backend",  # the emulator or the real control plane (tests/backends.py)
         "control_plane_kind",  # a test that starts its own emulator or real control plane
+        "control_plane_binaries",  # tests/install: a test that starts its own real control plane
         "aiohttp_client",
         "aiohttp_server",
         "aiohttp_raw_server",
@@ -61,7 +63,7 @@ E2E_FIXTURES = frozenset({"backend", "control_plane_kind"})
 KIND_FIXTURES = ("backend_kind", "control_plane_kind")
 """Parametrized with the kinds --control-plane picks."""
 
-REAL_FIXTURES = frozenset({"backend", "control_plane_kind", "control_plane"})
+REAL_FIXTURES = frozenset({"backend", "control_plane_kind", "control_plane", "control_plane_binaries"})
 """With `--control-plane real`, only tests using one of these run."""
 
 COSTLY_CODE = (
@@ -154,7 +156,7 @@ def control_plane(
     """One real control plane for the whole session (about 5 s to start); its data dir (certificates,
     logs/) stays under pytest's temporary root. Without the binaries: skipped, or failed when the run
     asked for the real control plane (`--control-plane real` or `both`)."""
-    _require_binaries(request.config)
+    require_binaries(request.config)
     plane = ControlPlane(data_dir=tmp_path_factory.mktemp("controlplane"))
     plane.start()
     try:
@@ -163,7 +165,7 @@ def control_plane(
         plane.stop()
 
 
-def _require_binaries(config: pytest.Config) -> None:
+def require_binaries(config: pytest.Config) -> None:
     missing = missing_binaries()
     if missing:
         message = (
@@ -181,7 +183,7 @@ def control_plane_kind(request: pytest.FixtureRequest) -> str:
     control plane (needs `make control-plane`; not the session's `control_plane`)."""
     kind = str(request.param)
     if kind == "real":
-        _require_binaries(request.config)
+        require_binaries(request.config)
     return kind
 
 
@@ -194,7 +196,7 @@ def cluster_control_plane(
     Jobs behind that the real scheduler would bind to the next simulated cluster's nodes, and a node of
     their own that it would bind the simulated cluster's pods to; here every test cleans its namespace,
     and a simulated cluster removes its nodes when it stops."""
-    _require_binaries(request.config)
+    require_binaries(request.config)
     plane = ControlPlane(data_dir=tmp_path_factory.mktemp("cluster-controlplane"))
     plane.start()
     try:

@@ -3,6 +3,7 @@ every variable, and each bad value as one error naming the flag or variable it c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,33 @@ def test_bad_values_name_their_flag_or_variable(argv: list[str], env: dict[str, 
         parse_settings(argv, env)
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "message"),
+    [
+        pytest.param("STAGGER_TOKN_FILE", "STAGGER_TOKN_FILE (did you mean STAGGER_TOKEN_FILE?)", id="typo"),
+        pytest.param(
+            "STAGGER_NOT_AN_OPTION", "unknown environment variable STAGGER_NOT_AN_OPTION", id="unknown"
+        ),
+    ],
+)
+def test_a_stagger_variable_no_option_reads_is_an_error(variable: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        parse_settings(REQUIRED, {variable: "x"})
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        pytest.param("STAGGER_CONTROLLER_SERVICE_HOST", id="service-host"),
+        pytest.param("STAGGER_CONTROLLER_SERVICE_PORT_HTTPS", id="named-service-port"),
+        pytest.param("STAGGER_CONTROLLER_PORT", id="port"),
+        pytest.param("STAGGER_CONTROLLER_PORT_443_TCP_ADDR", id="port-addr"),
+        pytest.param("OTHER_THING", id="not-ours"),
+    ],
+)
+def test_service_link_variables_kubernetes_sets_are_not_typos(variable: str) -> None:
+    """A Service named like the release (`stagger-controller`) gives every container of its namespace
+    these (enableServiceLinks); they must not stop the process."""
+    assert parse_settings(REQUIRED, {variable: "tcp://10.0.0.1:443"}).image == "stagger:1"
