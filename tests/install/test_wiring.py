@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import ssl
 import subprocess
 from collections.abc import AsyncIterator
@@ -248,3 +249,8 @@ async def _serve(
             server_hostname=f"{FULLNAME}-controller.{NAMESPACE}.svc",
         ) as resp:
             assert resp.status == 200, await resp.text()
+        # Nothing went wrong on the way, not even what the processes survive (a 403 from a missing RBAC
+        # rule is logged as a warning and the Event or patch is skipped).
+        for process in processes:
+            log = (logs / f"{process.name}.log").read_text()
+            assert not re.search(r" (WARNING|ERROR|CRITICAL) ", log), log
