@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-real lint typecheck layers unit bench demo tools clean control-plane
+.PHONY: venv run test test-fast test-real lint typecheck layers unit bench demo tools clean control-plane image image-test image-base
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -78,6 +78,19 @@ control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-
 
 .tools/controlplane/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
 	GOFLAGS=-p=2 bash testbed/build.sh .tools/controlplane $*
+
+# The image (docker/Dockerfile), built without a Docker engine: buildah (chroot isolation) on a local Debian
+# base made by debootstrap from apt's mirror, both installed with apt when missing (docker/README.md).
+IMAGE ?= localhost/stagger:dev
+
+image-base: ## the local base image (Debian minbase with python3) when missing: about a minute
+	IMAGE=$(IMAGE) bash docker/build.sh base
+
+image: ## the stagger image as $(IMAGE), with buildah (and the base when missing)
+	IMAGE=$(IMAGE) bash docker/build.sh image
+
+image-test: image ## lockd, the init client, the controller and the idle stub run from inside the image
+	IMAGE=$(IMAGE) bash docker/image-test.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
