@@ -28,9 +28,12 @@ class RenderError(Exception):
     """helm template failed; the message is its stderr."""
 
 
-def render(*sets: str, strings: tuple[str, ...] = (), jsons: tuple[str, ...] = ()) -> list[Doc]:
-    """The chart's objects for these `--set` (and `--set-string`, `--set-json`) values; do not modify them."""
-    return list(_render(sets, strings, jsons))
+def render(
+    *sets: str, strings: tuple[str, ...] = (), jsons: tuple[str, ...] = (), files: tuple[Path, ...] = ()
+) -> list[Doc]:
+    """The chart's objects for these `--set` (and `--set-string`, `--set-json`) values and values files
+    (`-f`, given before the others); do not modify them."""
+    return list(_render(sets, strings, jsons, tuple(f"--values={f}" for f in files)))
 
 
 def render_against(kubeconfig: Path, *sets: str) -> list[Doc]:

@@ -225,7 +225,7 @@ def test_admit_timeout_follows_the_value(sets: tuple[str, ...], text: str, secon
 )
 def test_an_admit_timeout_the_api_server_would_not_wait_for_fails_the_render(sets: tuple[str, ...]) -> None:
     # The API server gives up on the webhook after timeoutSeconds: a forwarded answer must come before.
-    with pytest.raises(RenderError, match=r"controller\.admitTimeoutSeconds"):
+    with pytest.raises(RenderError, match=r"controller[./]admitTimeoutSeconds"):
         render(*sets)
 
 
@@ -404,9 +404,9 @@ def test_webhook_calls_the_admission_service(resource: str, path: str) -> None:
             id="excludeNamespaces",
         ),
         pytest.param(
-            ("prefix=example.com/stagger",),
+            ("prefix=stagger.example.com",),
             "objectSelector",
-            {"matchLabels": {"example.com/stagger/enable": "1"}},
+            {"matchLabels": {"stagger.example.com/enable": "1"}},
             id="prefix",
         ),
     ],
