@@ -1,14 +1,19 @@
 """The Helm chart as a whole and its lockd part: `helm lint --strict` of the main configurations; every
 object of every configuration (defaults, controller disabled, an external controller, an existing
-certificate Secret, cert-manager, the jobs webhook off, other values) is valid for the Kubernetes versions the chart supports
-(the official schemas via kubernetes-validate; cert-manager's own kinds are checked in
-test_controller_tls); NOTES.txt says how to opt a pod in and check /status; lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy
-file), settings lockd accepts, and no controller wiring without the controller; no
-volume of lockd or the controller is mounted inside another."""
+certificate Secret, cert-manager, the jobs webhook off, other values) is valid for every Kubernetes version
+the chart supports, from Chart.yaml's kubeVersion (1.27) to 1.35 (the official schemas via
+kubernetes-validate; cert-manager's own kinds are checked in test_controller_tls; the values files of
+tests/chart/values/ in test_values_files); NOTES.txt says how to opt a pod in (a patch setting the label the
+webhooks select on), list held pods and read a node's lockd /status (a lookup that selects the lockd pod);
+lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy file, every
+toleration), settings lockd accepts, the host /proc only when asked, and no controller wiring without the
+controller; no volume of lockd or the controller is mounted inside another."""
 
 from __future__ import annotations
 
 import base64
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -70,8 +75,11 @@ def test_lint(sets: tuple[str, ...]) -> None:
                 f"port-forward svc/{CONTROLLER} 9443:443",
                 "/status?format=text",
                 "the Job itself also carries that label",
+                f"kubectl get pods -A -l {PREFIX}/staggered=1",
+                f'"{PREFIX}/enable":"1"',
+                "the chart's configs/_policies.yaml",
             ],
-            ["opt a pod in by hand"],
+            ["opt a pod in by hand", "the policies value"],
             id="controller",
         ),
         pytest.param(
@@ -82,24 +90,56 @@ def test_lint(sets: tuple[str, ...]) -> None:
         ),
         pytest.param(
             ("controller.enabled=false",),
-            [f'{PREFIX}/enable: "1"', "opt a pod in by hand", "/status?format=text"],
-            ["port-forward", "the Job itself"],
+            [f'{PREFIX}/enable: "1"', "opt a pod in by hand", "/status?format=text", "9400:9400"],
+            [f"port-forward svc/{CONTROLLER}", "the Job itself", "kubectl patch"],
             id="controller-disabled",
+        ),
+        pytest.param(
+            ("policies.nodePolicies[0].name=only",),
+            ["the policies value"],
+            ["configs/_policies.yaml"],
+            id="policies-value",
         ),
     ],
 )
 def test_notes_say_how_to_opt_in_and_check_status(
     sets: tuple[str, ...], expected: list[str], absent: list[str]
 ) -> None:
-    args = [str(tool("helm")), "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
-    for item in sets:
-        args += ["--set", item]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
-    notes = done.stdout.split("NOTES:", 1)[1]
+    notes = install_notes(*sets)
     for text in expected:
         assert text in notes
     for text in absent:
         assert text not in notes
+
+
+def install_notes(*sets: str) -> str:
+    args = [str(tool("helm")), "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [pytest.param((), id="defaults"), pytest.param(("lockd.port=9500", "prefix=example.com"), id="other")],
+)
+def test_the_notes_commands_name_real_objects(sets: tuple[str, ...]) -> None:
+    notes, docs = install_notes(*sets), render(*sets)
+    daemonset = by_kind(docs, "DaemonSet")
+    port = container(daemonset)["ports"][0]["hostPort"]
+    # The lockd pod lookup selects the DaemonSet's pods, in the release namespace.
+    [selector] = re.findall(r"-l (\S+)\)", notes)
+    wanted = dict(item.split("=", 1) for item in selector.split(","))
+    assert wanted.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    assert f"kubectl -n {NAMESPACE} get pods -o name" in notes
+    assert f"http://$NODE_IP:{port}/status?format=text" in notes
+    assert f'port-forward "$LOCKD" {port}:{port}' in notes
+    # The patch that opts a Deployment in sets the label the webhook selects on.
+    [patch] = re.findall(r"kubectl patch deployment <name> -p '([^']+)'", notes)
+    labels = json.loads(patch)["spec"]["template"]["metadata"]["labels"]
+    hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert all(hook["objectSelector"]["matchLabels"] == labels for hook in hooks)
 
 
 def test_the_validated_versions_are_the_charts() -> None:
