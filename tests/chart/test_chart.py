@@ -284,3 +284,31 @@ def test_lockd_reads_load_from_the_hosts_proc_only_when_asked(
             "name": "host-proc",
             "hostPath": {"path": "/proc", "type": "Directory"},
         }
+
+
+@pytest.mark.parametrize(
+    ("sets", "priority", "strategy"),
+    [
+        pytest.param(
+            (),
+            "system-node-critical",
+            {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            id="defaults",
+        ),
+        pytest.param(
+            ("lockd.updateStrategy.rollingUpdate.maxUnavailable=3", "lockd.priorityClassName="),
+            None,
+            {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 3}},
+            id="max-unavailable-and-no-priority",
+        ),
+    ],
+)
+def test_lockd_priority_tolerations_and_rollout(
+    sets: tuple[str, ...], priority: str | None, strategy: dict[str, object]
+) -> None:
+    daemonset = by_kind(render(*sets), "DaemonSet")
+    pod = pod_spec(daemonset)
+    # lockd must run wherever enabled pods do: before them, on every node, tainted ones included.
+    assert pod.get("priorityClassName") == priority
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert daemonset["spec"]["updateStrategy"] == strategy
