@@ -104,3 +104,35 @@ def mounted_file(workload: Doc, path: str) -> Doc:
     volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
     volume: Doc = volumes[mount["name"]]
     return volume
+
+
+# Values that are Kubernetes types handed to the pods as they are: one value each, whatever is inside.
+KUBERNETES_VALUES = frozenset(
+    {
+        "lockd.resources",
+        "lockd.tolerations",
+        "lockd.nodeSelector",
+        "lockd.updateStrategy",
+        "controller.resources",
+        "controller.tolerations",
+        "controller.nodeSelector",
+        "controller.affinity",
+        "imagePullSecrets",
+        "metrics.serviceMonitor.labels",
+    }
+)
+
+
+def value_leaves(values: dict[str, Any] | None = None, path: str = "") -> dict[str, Any]:
+    """The chart's values (values.yaml by default) by dotted key, down to the leaves: a list, an empty map
+    or a Kubernetes type (KUBERNETES_VALUES) is one leaf."""
+    if values is None:
+        values = yaml.safe_load((CHART / "values.yaml").read_text())
+    found: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{path}.{key}" if path else key
+        if isinstance(value, dict) and value and dotted not in KUBERNETES_VALUES:
+            found |= value_leaves(value, dotted)
+        else:
+            found[dotted] = value
+    return found

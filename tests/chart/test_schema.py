@@ -15,23 +15,12 @@ import pytest
 import yaml
 
 from stagger.options import seconds
-from tests.chart.helm import CHART, RenderError, render
+from tests.chart.helm import CHART, KUBERNETES_VALUES, RenderError, render, value_leaves
 
 SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
 DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 # Kubernetes types handed to the pods as they are: Kubernetes checks them.
-KUBERNETES_TYPES = {
-    "/lockd/resources",
-    "/lockd/tolerations",
-    "/lockd/nodeSelector",
-    "/lockd/updateStrategy",
-    "/controller/resources",
-    "/controller/tolerations",
-    "/controller/nodeSelector",
-    "/controller/affinity",
-    "/imagePullSecrets",
-    "/metrics/serviceMonitor/labels",
-}
+KUBERNETES_TYPES = {"/" + key.replace(".", "/") for key in KUBERNETES_VALUES}
 
 
 def bad(field: str, *sets: str, strings: tuple[str, ...] = (), message: str = "") -> Any:
@@ -134,18 +123,6 @@ def test_good_values_pass(sets: tuple[str, ...], strings: tuple[str, ...]) -> No
     assert render(*sets, strings=strings)
 
 
-def leaves(values: dict[str, Any], path: str = "") -> dict[str, Any]:
-    """The leaf keys of a values map as JSON pointers; a Kubernetes type or an empty map is a leaf."""
-    found: dict[str, Any] = {}
-    for key, value in values.items():
-        pointer = f"{path}/{key}"
-        if isinstance(value, dict) and value and pointer not in KUBERNETES_TYPES:
-            found |= leaves(value, pointer)
-        else:
-            found[pointer] = value
-    return found
-
-
 def schema_at(pointer: str) -> dict[str, Any]:
     node = SCHEMA
     for key in pointer.strip("/").split("/"):
@@ -153,8 +130,9 @@ def schema_at(pointer: str) -> dict[str, Any]:
     return node
 
 
-@pytest.mark.parametrize("pointer", sorted(leaves(DEFAULTS)))
-def test_every_value_is_typed(pointer: str) -> None:
+@pytest.mark.parametrize("key", sorted(value_leaves()))
+def test_every_value_is_typed(key: str) -> None:
+    pointer = "/" + key.replace(".", "/")
     node = schema_at(pointer)
     assert "type" in node or "anyOf" in node, pointer
     assert node.get("description"), pointer
