@@ -1,6 +1,6 @@
 """values.schema.json: a bad value (wrong type, out of range, not one of the choices, a duration stagger
-would not read, a typo'd key at any level, in `--set` or in a values file) fails `helm template` with a
-message naming the field; values that are right in unusual spellings pass; every key of values.yaml is in
+would not read, a typo'd key at any level, in `--set` or in a values file) fails `helm template` (and
+`helm lint --strict`) with a message naming the field; values that are right in unusual spellings pass; every key of values.yaml is in
 the schema with a type, and every object of ours refuses unknown keys (the Kubernetes types passed through
 to the pods do not)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 
 from stagger.options import seconds
 from tests.chart.helm import CHART, KUBERNETES_VALUES, RenderError, render, value_leaves
+from tests.tools import tool
 
 SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
 DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -93,6 +95,21 @@ def test_a_bad_value_fails_naming_the_field(
     assert "values don't meet the specifications of the schema" in text
     assert f"at '{field}'" in text, text
     assert message in text, text
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        pytest.param(("lockd.port=0",), "at '/lockd/port': minimum: got 0, want 1", id="range"),
+        pytest.param(("controller.webhook.failurePolicy=ignore",), "at '/controller/webhook/failurePolicy'", id="enum"),
+        pytest.param(("lockd.hostproc=true",), "additional properties 'hostproc' not allowed", id="typo"),
+    ],
+)  # fmt: skip
+def test_helm_lint_fails_on_a_bad_value_too(sets: tuple[str, ...], expected: str) -> None:
+    args = [str(tool("helm")), "lint", "--strict", str(CHART), *(f"--set={item}" for item in sets)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert expected in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 def test_a_bad_values_file_fails_naming_the_field(tmp_path: Path) -> None:
