@@ -3,7 +3,8 @@ Secret, ServiceMonitor and host /proc, custom policies, most knobs turned) and w
 --strict` passes (the values schema included); every rendered object is valid for Kubernetes 1.30 and 1.35
 (kubernetes-validate's strict schemas; the custom resources of cert-manager and the Prometheus Operator,
 which it has no schema for, are listed and skipped); the policy file in the ConfigMap parses with stagger's
-loader; lockd and the controller accept the settings the chart gives them; the pods are restricted."""
+loader; lockd and the controller accept the settings the chart gives them (and get no Service environment
+variables); the pods are restricted."""
 
 from __future__ import annotations
 
@@ -123,3 +124,12 @@ def test_every_pod_is_restricted(files: tuple[Path, ...]) -> None:
         host_paths = [v["hostPath"] for v in pod.get("volumes", []) if "hostPath" in v]
         # The one hostPath the chart may mount: /proc, read-only, with lockd.hostProc.
         assert host_paths in ([], [{"path": "/proc", "type": "Directory"}])
+
+
+@pytest.mark.parametrize("files", CONFIGS)
+def test_no_service_environment_variables(files: tuple[Path, ...]) -> None:
+    # A release named "stagger" has Services stagger-controller, stagger-lockd-metrics, ...: their
+    # STAGGER_..._SERVICE_HOST variables would look like settings to both processes.
+    for workload in render(files=files):
+        if workload["kind"] in ("DaemonSet", "Deployment"):
+            assert pod_spec(workload)["enableServiceLinks"] is False
