@@ -312,3 +312,19 @@ def test_lockd_priority_tolerations_and_rollout(
     assert pod.get("priorityClassName") == priority
     assert pod["tolerations"] == [{"operator": "Exists"}]
     assert daemonset["spec"]["updateStrategy"] == strategy
+
+
+def test_a_long_release_name_keeps_every_name_within_kubernetes_limits() -> None:
+    """Helm allows release names of 53 characters; every object name (and so every Service's DNS label and
+    every name in the serving certificate) must stay at most 63."""
+    release = "a-very-long-release-name-for-a-platform-team-stagger1"
+    assert len(release) == 53
+    done = subprocess.run(
+        [str(tool("helm")), "template", release, str(CHART), "--namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(done.stdout) if doc]
+    assert names and all(len(name) <= 63 for name in names), [n for n in names if len(n) > 63]

@@ -1,8 +1,10 @@
+{{/* At most 45 characters: the longest name made from it, <fullname>-controller-leader (a Service), must
+stay a DNS label of at most 63. */}}
 {{- define "stagger.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 45 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
