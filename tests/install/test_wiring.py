@@ -134,24 +134,17 @@ async def test_a_pod_labelled_as_the_notes_say_is_admitted_granted_and_started(t
             client = cluster.client
             [lockd_pod] = await pods_of(client, "lockd", 1)
             controller_pods = await pods_of(client, "controller", 2)
+            # Each container as its kubelet would run it; lockd first (`_serve` relies on the order).
+            containers = [("lockd", lockd_pod)] + [("controller", pod) for pod in controller_pods]
             processes = [
                 PodProcess(
-                    pod=lockd_pod,
-                    container="lockd",
-                    node_name=lockd_pod["spec"]["nodeName"],
-                    node_ip=node_ip,
-                    work_dir=tmp_path / "pods",
-                )
-            ]
-            processes += [
-                PodProcess(
                     pod=pod,
-                    container="controller",
+                    container=container,
                     node_name=pod["spec"]["nodeName"],
                     node_ip=node_ip,
                     work_dir=tmp_path / "pods",
                 )
-                for pod in controller_pods
+                for container, pod in containers
             ]
             ca_file = plane.pki.ca.cert
             try:
