@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -71,11 +72,21 @@ LOAD = web.AppKey("load", LoadCache)
 POLICY = web.AppKey("policy", PolicyState)
 READER = web.AppKey("load_reader", load.LoadReader)
 CLUSTER = web.AppKey("cluster", ClusterState)
+QUERIES = web.AppKey("lock_queries", params.LockQueries)
+
+_JSON = "application/json"
+
+
+def _json(body: object, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """`web.json_response` without its text round trip: the body is encoded once, as bytes."""
+    return web.Response(
+        body=json.dumps(body).encode(), status=status, headers=headers, content_type=_JSON, charset="utf-8"
+    )
 
 
 def _json_error(status_code: int, message: str, *, headers: dict[str, str] | None = None) -> web.Response:
     body: ErrorBody = {"error": message}
-    return web.json_response(body, status=status_code, headers=headers)
+    return _json(body, status=status_code, headers=headers)
 
 
 def _view(app: web.Application) -> cluster.NodeView | None:
@@ -106,9 +117,7 @@ def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
         "position": outcome.position,
         "maxWait": max_wait,
     }
-    return web.json_response(
-        body, status=423, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
-    )
+    return _json(body, status=423, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))})
 
 
 def _queue_full(outcome: ledger.QueueFull, *, max_wait: float) -> web.Response:
@@ -136,6 +145,10 @@ def _not_ready(app: web.Application) -> web.Response | None:
     return None
 
 
+def _always() -> bool:
+    return True
+
+
 def _connected(request: web.Request) -> Callable[[], bool]:
     def alive() -> bool:
         transport = request.transport
@@ -146,14 +159,14 @@ def _connected(request: web.Request) -> Callable[[], bool]:
 
 async def lock(request: web.Request) -> web.Response:
     app = request.app
-    service, settings = app[SERVICE], app[SETTINGS]
+    service = app[SERVICE]
     try:
-        query = params.lock_query(request.query, max_wait=settings.max_long_poll)
+        query = app[QUERIES].get(request.rel_url.raw_query_string, lambda: request.query)
         view = _view(app)
         if view is not None and not query.uid:
             raise params.BadRequest("uid: required in cluster mode (the pod's metadata.uid)")
     except params.BadRequest as err:
-        service.metrics.requests.labels(result="bad_request").inc()
+        service.metrics.count("bad_request")
         return _json_error(400, str(err))
     unavailable = _not_ready(app)
     if unavailable is not None:
@@ -161,18 +174,22 @@ async def lock(request: web.Request) -> web.Response:
     if view is not None:
         problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
         if problem is not None:
-            service.metrics.requests.labels(result="forbidden").inc()
+            service.metrics.count("forbidden")
             return _json_error(403, problem)
     outcome = await service.wait_for_slot(
-        namespace=query.namespace, name=query.name, uid=query.uid, wait=query.wait, alive=_connected(request)
+        namespace=query.namespace,
+        name=query.name,
+        uid=query.uid,
+        wait=query.wait,
+        alive=_connected(request) if query.wait > 0 else _always,
     )
     if isinstance(outcome, ledger.QueueFull):
-        service.metrics.requests.labels(result="queue_full").inc()
+        service.metrics.count("queue_full")
         return _queue_full(outcome, max_wait=service.node_policy.max_wait)
     if isinstance(outcome, ledger.Denied):
-        service.metrics.requests.labels(result="denied").inc()
+        service.metrics.count("denied")
         return _denied(outcome, max_wait=service.node_policy.max_wait)
-    service.metrics.requests.labels(result="granted").inc()
+    service.metrics.count("granted")
     body: LockGranted = {
         "granted": True,
         "namespace": query.namespace,
@@ -184,7 +201,7 @@ async def lock(request: web.Request) -> web.Response:
         # Only the first 200 carries the token: it is the caller's proof for DELETE.
         body["releaseToken"] = outcome.token
         headers[params.RELEASE_TOKEN_HEADER] = outcome.token
-    return web.json_response(body, headers=headers)
+    return _json(body, headers=headers)
 
 
 async def unlock(request: web.Request) -> web.Response:
@@ -194,7 +211,7 @@ async def unlock(request: web.Request) -> web.Response:
     try:
         namespace, name = params.pod_identity(request.query)
     except params.BadRequest as err:
-        service.metrics.requests.labels(result="bad_request").inc()
+        service.metrics.count("bad_request")
         return _json_error(400, str(err))
     uid = request.query.get("uid", "")
     view = _view(app)
@@ -213,13 +230,13 @@ async def unlock(request: web.Request) -> web.Response:
         verified=verified,
     )
     if isinstance(result, Refused):
-        service.metrics.requests.labels(result="not_held" if result.status == 404 else "forbidden").inc()
+        service.metrics.count("not_held" if result.status == 404 else "forbidden")
         return _json_error(result.status, result.reason)
     if isinstance(result, LeftQueue):
-        service.metrics.requests.labels(result="left_queue").inc()
+        service.metrics.count("left_queue")
         left: LeftQueueBody = {"released": False, "leftQueue": True, "namespace": namespace, "name": name}
         return web.json_response(left)
-    service.metrics.requests.labels(result="released").inc()
+    service.metrics.count("released")
     body: Released = {
         "released": True,
         "namespace": namespace,
@@ -236,7 +253,7 @@ async def legacy_lock(request: web.Request) -> web.Response:
     cluster mode (where every pod on the node can reach this port) the path is off unless allowed."""
     service, settings = request.app[SERVICE], request.app[SETTINGS]
     if not settings.anonymous_allowed:
-        service.metrics.requests.labels(result="forbidden").inc()
+        service.metrics.count("forbidden")
         return _json_error(
             403,
             "anonymous slots (GET /?duration=S) are off in cluster mode: use /v1/lock with the pod's identity, "
@@ -250,13 +267,13 @@ async def legacy_lock(request: web.Request) -> web.Response:
         return web.Response(status=423, text="Locked", headers={"Retry-After": "1"})
     outcome = service.take_anonymous(duration=duration.seconds)
     if not isinstance(outcome, ledger.Granted):
-        service.metrics.requests.labels(result="denied").inc()
+        service.metrics.count("denied")
         return web.Response(
             status=423,
             text="Locked",
             headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
         )
-    service.metrics.requests.labels(result="granted").inc()
+    service.metrics.count("granted")
     text = "Lock acquired"
     if duration.asked is not None:
         text += f" for {duration.seconds:g}s: duration={duration.asked:g} was cut to the node policy's holdTimeout"
@@ -605,6 +622,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     app[LOAD] = cache
     app[POLICY] = state
     app[READER] = reader
+    app[QUERIES] = params.LockQueries(max_wait=settings.max_long_poll)
     if cluster_state is not None:
         app[CLUSTER] = cluster_state
         app.cleanup_ctx.append(_cluster_parts)

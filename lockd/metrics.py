@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -46,3 +48,24 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # `labels()` takes a lock and builds a tuple on every call: each result's child is looked up once.
+        self._results: dict[str, Any] = {}
+
+    def count(self, result: str) -> None:
+        """One lock request answered with this result."""
+        child = self._results.get(result)
+        if child is None:
+            child = self._results[result] = self.requests.labels(result=result)
+        child.inc()
+
+    def watch(
+        self,
+        *,
+        slots_in_use: Callable[[], float],
+        queue_length: Callable[[], float],
+        slot_limit: Callable[[], float],
+    ) -> None:
+        """The ledger's gauges are read when /metrics is scraped, not set on every request."""
+        self.slots_in_use.set_function(slots_in_use)
+        self.queue_length.set_function(queue_length)
+        self.slot_limit.set_function(slot_limit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain. Always used with
@@ -99,3 +99,26 @@ def status_format(query: Mapping[str, str]) -> str:
     if fmt not in ("json", "text"):
         raise BadRequest(f"format: must be json or text (got {fmt!r})")
     return fmt
+
+
+class LockQueries:
+    """`lock_query` remembered by the raw query string: a pod's init client asks again and again with the
+    same string, so each distinct string is parsed and checked once. Only good queries are kept, and at
+    most `size` of them (the cache starts over when full: a caller sending endless new strings costs what
+    it cost without a cache, and bounded memory)."""
+
+    def __init__(self, *, max_wait: float, size: int = 1024) -> None:
+        self.max_wait = max_wait
+        self.size = size
+        self._known: dict[str, LockQuery] = {}
+
+    def get(self, raw: str, query: Callable[[], Mapping[str, str]]) -> LockQuery:
+        """The parsed query of `raw`; `query()` (the parsed parameters) is called only for a new string."""
+        known = self._known.get(raw)
+        if known is not None:
+            return known
+        parsed = lock_query(query(), max_wait=self.max_wait)
+        if len(self._known) >= self.size:
+            self._known.clear()
+        self._known[raw] = parsed
+        return parsed

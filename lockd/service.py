@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 DAEMONSET_RETRY_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Counters:
+    """Mutable: bumped in place on every answer (a frozen copy per request was measurable)."""
+
     granted: int = 0
     denied: int = 0
     released: int = 0
@@ -200,7 +202,11 @@ class LockService:
         self._anonymous_ids = itertools.count(1)
         self.active = active
         self.throttle = self._make_throttle(active.node_policy)
-        self._publish()
+        metrics.watch(
+            slots_in_use=lambda: len(self.ledger.slots),
+            queue_length=lambda: len(self.ledger.queue),
+            slot_limit=lambda: -1 if self.throttle.limit is None else self.throttle.limit,
+        )
 
     def _make_throttle(self, node_policy: policy.NodePolicy) -> throttles.NodeThrottle:
         return throttles.NodeThrottle(
@@ -240,16 +246,6 @@ class LockService:
         if self.persist is not None:
             self.persist(list(self.ledger.slots.values()))
 
-    def _count(self, **increments: int) -> None:
-        self.counters = replace(
-            self.counters, **{name: getattr(self.counters, name) + n for name, n in increments.items()}
-        )
-
-    def _publish(self) -> None:
-        self.metrics.slots_in_use.set(len(self.ledger.slots))
-        self.metrics.queue_length.set(len(self.ledger.queue))
-        self.metrics.slot_limit.set(-1 if self.throttle.limit is None else self.throttle.limit)
-
     def _check(self, in_use: int) -> throttles.Verdict:
         node_policy = self.node_policy
         if node_policy.wait_for_daemonsets:
@@ -273,7 +269,7 @@ class LockService:
     # --- requests -----------------------------------------------------------------------------------
 
     def _granted(self, slot: ledger.Slot) -> ledger.Granted:
-        self._count(granted=1)
+        self.counters.granted += 1
         self.metrics.wait_seconds.observe(slot.waited)
         logger.info(
             "granted %s/%s after %.1fs (%d of %s slots in use, policy %s)",
@@ -317,7 +313,6 @@ class LockService:
             if waiter is not None and not waiter.announced:
                 waiter.announced = True
                 self.announcer.waiting(waiter)
-        self._publish()
         return result
 
     async def _finish(self, slot: ledger.Slot) -> ledger.Outcome:
@@ -364,15 +359,22 @@ class LockService:
 
         A waiter whose caller went away (`alive()` false, or the request cancelled when the connection
         closed) leaves the queue at once: it must neither take a slot nobody will use nor block the head."""
+        if wait <= 0:
+            # A plain ask (no long poll): nothing to wake, nothing to register.
+            outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+            if isinstance(outcome, ledger.Denied):
+                self.counters.denied += 1
+            return outcome
         key = (namespace, name)
         deadline = self.clock() + wait
-        wakeup, refs = self._polls.get(key, (Wakeup(), 0))
+        polling = self._polls.get(key)
+        wakeup, refs = polling if polling is not None else (Wakeup(), 0)
         self._polls[key] = (wakeup, refs + 1)
         waiter: ledger.Waiter | None = None
         gone = False
         try:
             outcome = await self.ask(namespace=namespace, name=name, uid=uid)
-            if isinstance(outcome, ledger.Denied) and wait > 0:
+            if isinstance(outcome, ledger.Denied):
                 waiter = self.ledger.start_polling(key)
             while isinstance(outcome, ledger.Denied) and not self.closing:
                 remaining = deadline - self.clock()
@@ -405,9 +407,8 @@ class LockService:
                     self.ledger.leave_queue(key)
                     logger.info("%s/%s left the queue: its connection closed", namespace, name)
                     self.wake_next()
-                    self._publish()
         if isinstance(outcome, ledger.Denied):
-            self._count(denied=1)
+            self.counters.denied += 1
         return outcome
 
     def take_anonymous(self, *, duration: float) -> ledger.Outcome:
@@ -421,12 +422,11 @@ class LockService:
             on_grant=self.throttle.commit,
         )
         if isinstance(outcome, ledger.Granted):
-            self._count(granted=1)
+            self.counters.granted += 1
             self._slots_changed()
             logger.info("granted an anonymous slot for %.0fs (pod-startup-lock client)", duration)
         else:
-            self._count(denied=1)
-        self._publish()
+            self.counters.denied += 1
         return outcome
 
     def release(self, *, namespace: str, name: str, why: EndReason = "released") -> ledger.Slot | None:
@@ -434,14 +434,13 @@ class LockService:
         if slot is None or slot.pending:
             return None
         self.ledger.release((namespace, name))
-        self._count(released=1)
+        self.counters.released += 1
         self.metrics.slots_ended.labels(why=why).inc()
         logger.info(
             "slot of %s/%s ended (%s) after %.1fs", namespace, name, why, self.clock() - slot.granted_at
         )
         self._slots_changed()
         self.wake_next()
-        self._publish()
         return slot
 
     def give_back(
@@ -474,7 +473,6 @@ class LockService:
             if polling is not None:
                 polling[0].notify()
             self.wake_next()
-            self._publish()
             return LeftQueue(waiter)
         return Refused(404, f"{namespace}/{name} holds no slot and is not waiting on this node")
 
@@ -511,7 +509,6 @@ class LockService:
         if stage in ("finished", "deleted") and self.ledger.leave_queue(key) is not None:
             logger.info("%s/%s left the queue: pod %s", key[0], key[1], stage)
         self.wake_next()
-        self._publish()
 
     def restore(self, held: list[HeldSlot]) -> None:
         """After a restart: slots recorded on pods (`granted-at`) count again, with their original age."""
@@ -530,7 +527,6 @@ class LockService:
             )
         if held:
             logger.info("rebuilt %d held slots from the pods on this node", len(held))
-        self._publish()
 
     # --- time and configuration -----------------------------------------------------------------------
 
@@ -556,9 +552,9 @@ class LockService:
         if due or expired:
             self._slots_changed()
         if due or expired or idle:
-            self._count(released=len(due), expired=len(expired))
+            self.counters.released += len(due)
+            self.counters.expired += len(expired)
             self.wake_next()
-            self._publish()
 
     def apply_policy(self, active: ActivePolicy) -> None:
         """Switch node policy without dropping held slots; the rate limit's level carries over."""
@@ -572,7 +568,6 @@ class LockService:
         if previous.node_policy != active.node_policy:
             logger.info("node policy now %s (%s)", active.node_policy.name, active.why)
         self.wake_next()
-        self._publish()
 
     def load_changed(self) -> None:
         self.wake_next()

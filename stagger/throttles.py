@@ -162,24 +162,26 @@ class NodeThrottle:
 
     def check(self, *, in_use: int) -> Verdict:
         """Would one more slot be allowed now? Consumes nothing."""
-        now = self._clock()
-        sample = self._load()
-        for verdict in (
-            check_concurrency(limit=self.limit, in_use=in_use),
-            check_rate(bucket=self._bucket, now=now),
-            check_load(
-                kind="cpu",
-                max_load=self.config.cpu_max_load,
-                current=sample.cpu_percent,
-                source=sample.source,
-            ),
-            check_load(
-                kind="io", max_load=self.config.io_max_load, current=sample.io_percent, source=sample.source
-            ),
-        ):
+        # One by one, stopping at the first no: this runs on every ask.
+        limit = self.limit
+        if limit is not None and in_use >= limit:
+            return check_concurrency(limit=limit, in_use=in_use)
+        if self._bucket is not None:
+            verdict = check_rate(bucket=self._bucket, now=self._clock())
             if not verdict.allowed:
                 return verdict
-        return ALLOWED
+        config = self.config
+        if config.cpu_max_load is None and config.io_max_load is None:
+            return ALLOWED
+        sample = self._load()
+        verdict = check_load(
+            kind="cpu", max_load=config.cpu_max_load, current=sample.cpu_percent, source=sample.source
+        )
+        if not verdict.allowed:
+            return verdict
+        return check_load(
+            kind="io", max_load=config.io_max_load, current=sample.io_percent, source=sample.source
+        )
 
     def commit(self) -> None:
         """Record that a slot was granted (takes a rate-limit token)."""
