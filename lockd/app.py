@@ -110,14 +110,32 @@ def choose_policy(app: web.Application) -> None:
 # --- handlers -----------------------------------------------------------------------------------------
 
 
+# The 423 bodies by (reason, position, maxWait): a queued pod asks again and again and is told the same.
+# Bounded: it starts over when full.
+_DENIED_BODIES: dict[tuple[str, int, float], bytes] = {}
+_DENIED_BODIES_MAX = 1024
+
+
 def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
-    body: LockDenied = {
-        "granted": False,
-        "reason": outcome.reason,
-        "position": outcome.position,
-        "maxWait": max_wait,
-    }
-    return _json(body, status=423, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))})
+    key = (outcome.reason, outcome.position, max_wait)
+    encoded = _DENIED_BODIES.get(key)
+    if encoded is None:
+        body: LockDenied = {
+            "granted": False,
+            "reason": outcome.reason,
+            "position": outcome.position,
+            "maxWait": max_wait,
+        }
+        if len(_DENIED_BODIES) >= _DENIED_BODIES_MAX:
+            _DENIED_BODIES.clear()
+        encoded = _DENIED_BODIES[key] = json.dumps(body).encode()
+    return web.Response(
+        body=encoded,
+        status=423,
+        headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
+        content_type=_JSON,
+        charset="utf-8",
+    )
 
 
 def _queue_full(outcome: ledger.QueueFull, *, max_wait: float) -> web.Response:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 
 def _registry() -> CollectorRegistry:
@@ -19,9 +20,8 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.requests = Counter(
-            "stagger_lockd_requests", "Lock requests answered, by result.", ["result"], registry=r
-        )
+        self.requests = _RequestCounts()
+        r.register(self.requests)
         self.wait_seconds = Histogram(
             "stagger_lockd_wait_seconds",
             "Time from a pod's first ask to its grant.",
@@ -48,15 +48,11 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        # `labels()` takes a lock and builds a tuple on every call: each result's child is looked up once.
-        self._results: dict[str, Any] = {}
 
     def count(self, result: str) -> None:
         """One lock request answered with this result."""
-        child = self._results.get(result)
-        if child is None:
-            child = self._results[result] = self.requests.labels(result=result)
-        child.inc()
+        counts = self.requests.counts
+        counts[result] = counts.get(result, 0) + 1
 
     def watch(
         self,
@@ -69,3 +65,19 @@ class Metrics:
         self.slots_in_use.set_function(slots_in_use)
         self.queue_length.set_function(queue_length)
         self.slot_limit.set_function(slot_limit)
+
+
+class _RequestCounts(Collector):
+    """`stagger_lockd_requests_total{result}`: plain integers bumped on every answer (one event loop, no
+    lock needed; a prometheus_client Counter takes a lock per increment), read when /metrics is scraped."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "stagger_lockd_requests", "Lock requests answered, by result.", labels=["result"]
+        )
+        for result, count in self.counts.items():
+            family.add_metric([result], count)
+        yield family

@@ -153,6 +153,8 @@ class NodeThrottle:
         self._clock = clock
         self._load = load
         self.limit = concurrency_limit(config, cores=cores)
+        # The "slots in use" denial by count in use: the same few sentences are asked for on every ask.
+        self._full: dict[int, Verdict] = {}
         rate = config.rate_limit
         self._bucket = (
             TokenBucket(burst=rate.burst, fill_seconds=rate.fill_factor, now=clock())
@@ -165,7 +167,12 @@ class NodeThrottle:
         # One by one, stopping at the first no: this runs on every ask.
         limit = self.limit
         if limit is not None and in_use >= limit:
-            return check_concurrency(limit=limit, in_use=in_use)
+            full = self._full.get(in_use)
+            if full is None:
+                if len(self._full) > 64:
+                    self._full.clear()
+                full = self._full[in_use] = check_concurrency(limit=limit, in_use=in_use)
+            return full
         if self._bucket is not None:
             verdict = check_rate(bucket=self._bucket, now=self._clock())
             if not verdict.allowed:
