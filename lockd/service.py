@@ -223,10 +223,22 @@ class LockService:
         configured = self.node_policy.max_queue
         return self.max_queue if configured is None else configured
 
+    def admissible(self) -> int:
+        """How many waiters a change could let in now: the free slots under maxConcurrent, else one (the
+        head: with no slot limit only a time-bound throttle holds the queue, and it holds the head first)."""
+        limit = self.throttle.limit
+        return 1 if limit is None else max(0, limit - len(self.ledger.slots))
+
     def wake_next(self) -> None:
-        """Something changed that may let the head of the queue in: wake it (only it; if it is granted,
-        its grant wakes the next one, so free slots fill in queue order without waking everyone)."""
-        for key in self.ledger.heads(self.clock()):
+        """Something changed (a release, an expiry, a grant, a load sample, a policy, a pod): wake the head
+        of the queue and as many behind it as there are free slots, in queue order, and nobody when no
+        slot is free (no waiter could be granted; the head of a time-bound throttle asks again on its
+        own). Woken waiters are granted in queue order; each grant wakes again, so slots freed while they
+        ask are filled too. A waiter between two polls keeps its place: it asks when it comes back."""
+        count = self.admissible()
+        if count <= 0:
+            return
+        for key in self.ledger.heads(self.clock(), count):
             polling = self._polls.get(key)
             if polling is not None:
                 polling[0].notify()
