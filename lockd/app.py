@@ -15,22 +15,25 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import psutil
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from lockd import cluster, groups, ledger, load, params, pods, statefile, status
+from lockd import ledger, load, params, statefile, status
 from lockd.metrics import Metrics
 from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
 from lockd.settings import Settings
 from lockd.wire import ErrorBody, LeftQueueBody, LockDenied, LockGranted, QueueFullBody, Released
-from stagger import events, kube, policy, throttles
-from stagger.informer import InformerSettings
-from stagger.names import Names
+from stagger import kube, policy, throttles
 from stagger.timestamps import format_rfc3339
+
+if TYPE_CHECKING:
+    # Cluster mode's parts are imported when cluster mode starts (`_cluster_parts`): a standalone lockd
+    # never loads the informers, the group client or the Event recorder.
+    from lockd import cluster, groups
 
 logger = logging.getLogger(__name__)
 
@@ -317,7 +320,7 @@ async def show_status(request: web.Request) -> web.Response:
         now=service.clock(),
         limit=limit,
         reason=service.current_reason,
-        details=cluster.pod_details(view) if view is not None else None,
+        details=_pod_details(view) if view is not None else None,
     )
     if state.last_error:
         doc["policy"]["lastReloadError"] = state.last_error
@@ -334,6 +337,12 @@ async def show_status(request: web.Request) -> web.Response:
     if fmt == "text":
         return web.Response(text=status.render_text(doc))
     return web.json_response(doc)
+
+
+def _pod_details(view: cluster.NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
+    from lockd import cluster
+
+    return cluster.pod_details(view)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -451,6 +460,11 @@ def _background(
 
 async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
     """Cluster mode: the informers, the grant finisher, Events, and the start-up sync before any grant."""
+    from lockd import cluster, groups, pods
+    from stagger import events
+    from stagger.informer import InformerSettings
+    from stagger.names import Names
+
     settings, service, state = app[SETTINGS], app[SERVICE], app[CLUSTER]
     names = Names(settings.prefix)
     async with aiohttp.ClientSession() as session:

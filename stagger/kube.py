@@ -158,8 +158,82 @@ def in_cluster_config(
     )
 
 
+# What `_plain_kubeconfig` reads itself; a kubeconfig with anything else goes to the official loader.
+_PLAIN_CLUSTER_KEYS = frozenset(
+    {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify"}
+)
+_PLAIN_USER_KEYS = frozenset({"token", "tokenFile"})
+
+
+def _named(entries: object, name: object) -> dict[str, Any] | None:
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry
+    return None
+
+
+def _plain_kubeconfig(path: Path, *, context: str | None) -> ClusterConfig | None:
+    """A kubeconfig whose context names a server, optionally a CA, and a bearer token (or none), read
+    without the official client (about 20 MiB once imported); None for anything else, which the
+    official loader then reads (client certificates, exec and auth-provider plugins, proxies...)."""
+    import base64
+
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    chosen = _named(doc.get("contexts"), context or doc.get("current-context"))
+    spec = chosen.get("context") if chosen is not None else None
+    if not isinstance(spec, dict):
+        return None
+    cluster_entry = _named(doc.get("clusters"), spec.get("cluster"))
+    cluster = cluster_entry.get("cluster") if cluster_entry is not None else None
+    user: object = {}
+    if spec.get("user"):
+        user_entry = _named(doc.get("users"), spec.get("user"))
+        user = user_entry.get("user") if user_entry is not None else None
+    if not isinstance(cluster, dict) or not isinstance(user, dict):
+        return None
+    if not set(cluster) <= _PLAIN_CLUSTER_KEYS or not set(user) <= _PLAIN_USER_KEYS:
+        return None
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith(("http://", "https://")):
+        return None
+    try:
+        ca_data = (
+            base64.b64decode(cluster["certificate-authority-data"]).decode()
+            if cluster.get("certificate-authority-data")
+            else None
+        )
+    except (ValueError, TypeError):
+        return None
+    ca_file = cluster.get("certificate-authority")
+    token_file = user.get("tokenFile")
+    return ClusterConfig(
+        server=server.rstrip("/"),
+        token=str(user["token"]) if user.get("token") else None,
+        token_file=path.parent / str(token_file) if token_file and not user.get("token") else None,
+        ca_file=path.parent / str(ca_file) if ca_file else None,
+        ca_data=ca_data,
+        verify=not cluster.get("insecure-skip-tls-verify", False),
+    )
+
+
 def kubeconfig_config(path: Path, *, context: str | None = None) -> ClusterConfig:
-    """Reads a kubeconfig with the official client's loader (it knows every auth form a kubeconfig can hold)."""
+    """Reads a kubeconfig: a plain one (server, CA, token) directly, any other with the official client's
+    loader (it knows every auth form a kubeconfig can hold)."""
+    plain = _plain_kubeconfig(path, context=context) if path.exists() else None
+    return plain if plain is not None else official_kubeconfig_config(path, context=context)
+
+
+def official_kubeconfig_config(path: Path, *, context: str | None = None) -> ClusterConfig:
+    """A kubeconfig read by the official client's loader."""
     # Imported here: the official client is heavy (about 20 MiB) and only its kubeconfig loader is needed;
     # in a pod lockd reads its service account directly and never imports it.
     try:

@@ -13,7 +13,6 @@ variable in a manifest would otherwise be ignored without a word and its default
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -202,6 +201,8 @@ def unknown_variables(options: Sequence[Option], environ: Mapping[str, str]) -> 
         return None
     described = []
     for name in unknown:
+        import difflib  # only for a misspelt name: not on every start-up
+
         near = difflib.get_close_matches(name, known, n=1)
         described.append(f"{name} (did you mean {near[0]}?)" if near else name)
     return (

@@ -8,7 +8,6 @@ treated as absent (YAML `holdTimeout:` with no value means "use the default").
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -18,15 +17,17 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 import yaml
-from jsonpath_ng import JSONPath
-from jsonpath_ng.exceptions import JSONPathError
-from jsonpath_ng.ext.parser import parse as parse_jsonpath
 
 from stagger.durations import DurationError, parse_duration
 from stagger.selectors import LabelSelector, parse_label_selector
+
+if TYPE_CHECKING:
+    # Imported when a grouping is compiled: lockd reads policy files too, and most never need JSONPath
+    # (about 1 MB of parser once imported).
+    from jsonpath_ng import JSONPath
 
 __all__ = [
     "DEFAULT_NODE_POLICY",
@@ -141,6 +142,9 @@ def compile_grouping(expression: str) -> JSONPath:
 
     Raises ValueError with the parser's reason when the expression is not valid JSONPath.
     """
+    from jsonpath_ng.exceptions import JSONPathError
+    from jsonpath_ng.ext.parser import parse as parse_jsonpath
+
     text = expression.strip()
     if text.startswith((".", "[")):
         text = "$" + text
@@ -385,6 +389,8 @@ def _mapping(
             return _error(errors, path, f"must be a mapping with keys {', '.join(by_key)}", value)
         before = len(errors)
         for unknown in (key for key in value if key not in by_key):
+            import difflib  # only for a misspelt key: not on every start-up
+
             close = difflib.get_close_matches(str(unknown), list(by_key), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(by_key)}"
             errors.append(f"{_join(path, unknown)}: unknown key; {hint}")

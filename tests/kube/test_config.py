@@ -83,3 +83,33 @@ async def test_https_verified_against_the_ca_with_a_rotating_token(tmp_path: Pat
         untrusted = kube.RestClient(session=session, config=kube.ClusterConfig(server=url, token="x"))
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await untrusted.request("GET", "/version")
+
+
+PLAIN_KUBECONFIGS = {
+    "token": "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:6443/'}\n"
+    "users:\n- name: u\n  user: {token: abc}\n",
+    "no-user": "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:6443'}\nusers: []\n",
+    "ca-file-insecure": "clusters:\n- name: c\n  cluster: {server: 'https://10.0.0.1:6443', "
+    "certificate-authority: ca.crt, insecure-skip-tls-verify: true}\n"
+    "users:\n- name: u\n  user: {token: abc}\n",
+    "ca-file": "clusters:\n- name: c\n  cluster: {server: 'https://10.0.0.1:6443', certificate-authority: ca.crt}\n"
+    "users:\n- name: u\n  user: {token: abc}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_KUBECONFIGS))
+def test_a_plain_kubeconfig_reads_as_the_official_loader_reads_it(tmp_path: Path, name: str) -> None:
+    """lockd in a pod never imports the kubernetes package; with a plain kubeconfig (server, CA, token:
+    what the simulated clusters and the benchmarks give it) it does not either, and reads the same."""
+    (tmp_path / "ca.crt").write_text("not read here")
+    user = "u" if "users:\n-" in PLAIN_KUBECONFIGS[name] else ""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        + PLAIN_KUBECONFIGS[name]
+        + f"contexts:\n- name: x\n  context: {{cluster: c, user: '{user}'}}\ncurrent-context: x\n"
+    )
+    plain = kube._plain_kubeconfig(path, context=None)
+    assert plain is not None
+    assert plain == kube.official_kubeconfig_config(path)
+    assert kube.load_config(kubeconfig=path) == plain
