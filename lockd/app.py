@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, cast
 import aiohttp
 import psutil
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lockd import ledger, load, params, statefile, status
+from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
 from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
 from lockd.settings import Settings
@@ -355,8 +355,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    payload = generate_latest(request.app[METRICS].registry)
-    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(
+        body=request.app[METRICS].render(), headers={"Content-Type": metrics_text.CONTENT_TYPE}
+    )
 
 
 # --- background tasks ---------------------------------------------------------------------------------

@@ -1,58 +1,162 @@
-"""Prometheus metrics of one lockd app, in a registry of its own (no process-wide globals)."""
+"""lockd's Prometheus metrics, in the text exposition format (version 0.0.4), kept per app (no process-wide
+globals).
+
+Written here rather than with prometheus_client: lockd runs on every node, and the client library (with
+the HTTP server, WSGI and OpenMetrics modules it imports) was about 1 MB of each lockd's memory for nine
+metrics; its Counter also takes a lock on every increment, on the request path. One event loop updates
+these, so plain numbers do. Same names, types, labels and lines as before (`_total` counters, histogram
+`_bucket`/`_count`/`_sum`), minus prometheus_client's `_created` series.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _registry() -> CollectorRegistry:
-    return CollectorRegistry(auto_describe=True)
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _header(name: str, kind: str, help_text: str) -> list[str]:
+    escaped = help_text.replace("\\", r"\\").replace("\n", r"\n")
+    return [f"# HELP {name} {escaped}", f"# TYPE {name} {kind}"]
+
+
+class Counter:
+    """A counter with one label (or none): `labels(x).inc()`, or `count(x)` on the request path."""
+
+    def __init__(self, name: str, help_text: str, label: str | None = None) -> None:
+        self.name, self.help, self.label = name, help_text, label
+        self.values: dict[str, float] = {}
+
+    def count(self, value: str = "", amount: float = 1) -> None:
+        self.values[value] = self.values.get(value, 0) + amount
+
+    def labels(self, **labels: str) -> _Child:
+        return _Child(self, next(iter(labels.values()), ""))
+
+    def render(self) -> list[str]:
+        lines = _header(f"{self.name}_total", "counter", self.help)
+        for value, total in self.values.items():
+            labels = f'{{{self.label}="{_escape(value)}"}}' if self.label else ""
+            lines.append(f"{self.name}_total{labels} {_number(total)}")
+        return lines
+
+
+@dataclass(frozen=True)
+class _Child:
+    counter: Counter
+    value: str
+
+    def inc(self, amount: float = 1) -> None:
+        self.counter.count(self.value, amount)
+
+
+class Gauge:
+    """A number set now and then, or read from a function when scraped."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.name, self.help = name, help_text
+        self.value = 0.0
+        self._read: Callable[[], float] | None = None
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+    def set_function(self, read: Callable[[], float]) -> None:
+        self._read = read
+
+    def get(self) -> float:
+        return float(self._read()) if self._read is not None else self.value
+
+    def render(self) -> list[str]:
+        return [*_header(self.name, "gauge", self.help), f"{self.name} {_number(self.get())}"]
+
+
+class Histogram:
+    def __init__(self, name: str, help_text: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.help = name, help_text
+        self.bounds = (*sorted(buckets), math.inf)
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def render(self) -> list[str]:
+        lines = _header(self.name, "histogram", self.help)
+        cumulative = 0
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            cumulative += count
+            lines.append(f'{self.name}_bucket{{le="{_number(bound)}"}} {_number(cumulative)}')
+        lines.append(f"{self.name}_count {_number(cumulative)}")
+        lines.append(f"{self.name}_sum {_number(self.sum)}")
+        return lines
 
 
 @dataclass
 class Metrics:
-    registry: CollectorRegistry = field(default_factory=_registry)
-
-    def __post_init__(self) -> None:
-        r = self.registry
-        self.requests = _RequestCounts()
-        r.register(self.requests)
-        self.wait_seconds = Histogram(
+    requests: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_requests", "Lock requests answered, by result.", "result"
+        )
+    )
+    wait_seconds: Histogram = field(
+        default_factory=lambda: Histogram(
             "stagger_lockd_wait_seconds",
             "Time from a pod's first ask to its grant.",
             buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
-            registry=r,
         )
-        self.slots_in_use = Gauge("stagger_lockd_slots_in_use", "Start-up slots held now.", registry=r)
-        self.slot_limit = Gauge(
-            "stagger_lockd_slot_limit", "Effective maxConcurrent limit (-1: none).", registry=r
+    )
+    slots_in_use: Gauge = field(
+        default_factory=lambda: Gauge("stagger_lockd_slots_in_use", "Start-up slots held now.")
+    )
+    slot_limit: Gauge = field(
+        default_factory=lambda: Gauge("stagger_lockd_slot_limit", "Effective maxConcurrent limit (-1: none).")
+    )
+    queue_length: Gauge = field(
+        default_factory=lambda: Gauge("stagger_lockd_queue_length", "Pods waiting for a slot.")
+    )
+    slots_ended: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", "why"
         )
-        self.queue_length = Gauge("stagger_lockd_queue_length", "Pods waiting for a slot.", registry=r)
-        self.slots_ended = Counter(
-            "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", ["why"], registry=r
+    )
+    cpu_load: Gauge = field(
+        default_factory=lambda: Gauge(
+            "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading)."
         )
-        self.cpu_load = Gauge(
-            "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading).", registry=r
+    )
+    io_load: Gauge = field(
+        default_factory=lambda: Gauge(
+            "stagger_lockd_io_load_percent", "Last sampled IO pressure percent (-1: no reading)."
         )
-        self.io_load = Gauge(
-            "stagger_lockd_io_load_percent", "Last sampled IO pressure percent (-1: no reading).", registry=r
+    )
+    policy_reloads: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
         )
-        self.policy_reloads = Counter(
-            "stagger_lockd_policy_reloads",
-            "Policy file reloads, by result: ok, error.",
-            ["result"],
-            registry=r,
-        )
+    )
 
     def count(self, result: str) -> None:
         """One lock request answered with this result."""
-        counts = self.requests.counts
-        counts[result] = counts.get(result, 0) + 1
+        self.requests.count(result)
 
     def watch(
         self,
@@ -66,18 +170,19 @@ class Metrics:
         self.queue_length.set_function(queue_length)
         self.slot_limit.set_function(slot_limit)
 
-
-class _RequestCounts(Collector):
-    """`stagger_lockd_requests_total{result}`: plain integers bumped on every answer (one event loop, no
-    lock needed; a prometheus_client Counter takes a lock per increment), read when /metrics is scraped."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "stagger_lockd_requests", "Lock requests answered, by result.", labels=["result"]
-        )
-        for result, count in self.counts.items():
-            family.add_metric([result], count)
-        yield family
+    def render(self) -> bytes:
+        """Every metric in the text exposition format."""
+        lines: list[str] = []
+        for metric in (
+            self.requests,
+            self.wait_seconds,
+            self.slots_in_use,
+            self.slot_limit,
+            self.queue_length,
+            self.slots_ended,
+            self.cpu_load,
+            self.io_load,
+            self.policy_reloads,
+        ):
+            lines += metric.render()
+        return ("\n".join(lines) + "\n").encode()
