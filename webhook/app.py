@@ -426,6 +426,24 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _json_error(exc.status, reason, headers=headers)
 
 
+@web.middleware
+async def _count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`stagger_controller_requests_total{route, code}`: what reaches the controller, and how often. The
+    route's template, not the path, so that the label's values stay few whatever callers send."""
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "other"
+        request.app[METRICS].requests.labels(route=route, code=f"{status // 100}xx").inc()
+
+
 # --- the factories ------------------------------------------------------------------------------------
 
 
@@ -435,7 +453,7 @@ def make_app(settings: Settings) -> web.Application:
     `token.TokenError` for an unreadable or empty token file. The listener's SSL context is
     `app[CERTIFICATE].context` (absent with --insecure-http)."""
     state = PolicyState.load(settings.policies)
-    app = web.Application(client_max_size=settings.max_body, middlewares=[_json_errors])
+    app = web.Application(client_max_size=settings.max_body, middlewares=[_count_requests, _json_errors])
     if settings.tls:
         assert settings.tls_cert is not None and settings.tls_key is not None  # checked by the settings
         app[CERTIFICATE] = ServingCertificate.load(settings.tls_cert, settings.tls_key)

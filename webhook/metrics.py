@@ -33,6 +33,13 @@ class Metrics:
         )
         for result in ADMISSION_RESULTS:
             self.admissions.labels(result=result)
+        self.requests = Counter(
+            "stagger_controller_requests",
+            "HTTP requests answered on the TLS listener (admission, the group API, /status), by route "
+            "(the path template; 'other' for paths that match none) and code class (2xx, 4xx, 5xx).",
+            ["route", "code"],
+            registry=r,
+        )
         self.admission_seconds = Histogram(
             "stagger_controller_admission_seconds",
             "Time to answer one AdmissionReview, from the handler's start to the encoded answer.",

@@ -9,8 +9,12 @@ admission (the `admission` benchmark does). Each group's policy allows one pod s
 (`maxConcurrent: {value: 1}`). One wake-up: grant the oldest held pod of a fresh group (it starts),
 open a long poll naming the next one, patch the first one Ready, and time the answer.
 
+Then grant throughput: the oldest held pod of every other group asked for at once by 32 callers (as the
+lockd processes of many nodes would), each answer a grant.
+
 Reported: pods and groups, the time until the controller granted (listed and counted every pod), its RSS
-then, and the wake-up latency p50/p90/p99/max over `wakes` groups.
+then, the wake-up latency p50/p90/p99/max over `wakes` groups, grants per second, and every request that
+reached the controller by route and code class (its `stagger_controller_requests_total`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from tests.processes import clean_env
 
 NAMES = Names()
 TOKEN = "bench-token"
-BANNER = re.compile(r"admission on https://127\.0\.0\.1:(\d+)/mutate/pods")
+BANNER = re.compile(
+    r"admission on https://127\.0\.0\.1:(\d+)/mutate/pods.*probes on (http://127\.0\.0\.1:\d+)"
+)
+REQUESTS = re.compile(
+    r'^stagger_controller_requests_total\{code="(\w+)",route="([^"]+)"\} (\S+)$', re.MULTILINE
+)
 POLICY = """\
 staggeringPolicies:
 - name: bench
@@ -151,6 +160,31 @@ async def run(*, pods: int = 10_000, groups: int = 1_000, wakes: int = 200) -> d
                     latencies.append((time.perf_counter() - t0) * 1000)
                     assert result["grantable"] == [{"namespace": "default", "name": second}], result
                 rss_after = psutil.Process(proc.pid).memory_info().rss
+                # Grant throughput: the oldest held pod of every group not used above, asked by 32 callers
+                # at once (lockd processes of many nodes); every answer must be a grant.
+                listed = await kube.list(PODS, namespace="default", label_selector="app=bench")
+                oldest: dict[str, tuple[str, str]] = {}
+                for item in listed["items"]:
+                    meta = item["metadata"]
+                    key = (meta["creationTimestamp"], meta["name"])
+                    group = meta["labels"]["group"]
+                    oldest[group] = min(oldest.get(group, key), key)
+                todo = [oldest[f"g{g}"][1] for g in range(min(wakes, groups), groups)]
+                granted = 0
+
+                async def asker() -> None:
+                    nonlocal granted
+                    while todo:
+                        answer = await post("/v1/groups/grant", {"namespace": "default", "name": todo.pop()})
+                        assert answer["granted"], answer
+                        granted += 1
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(asker() for _ in range(32)))
+                grant_seconds = time.perf_counter() - t0
+                async with session.get(match[2] + "/metrics") as response:
+                    metrics = await response.text()
+                requests = {f"{route} {code}": int(float(n)) for code, route, n in REQUESTS.findall(metrics)}
                 drain.cancel()
             finally:
                 proc.terminate()
@@ -167,6 +201,9 @@ async def run(*, pods: int = 10_000, groups: int = 1_000, wakes: int = 200) -> d
         "Ready -> wait answered p90 (ms)": round(_percentile(latencies, 0.9), 1),
         "Ready -> wait answered p99 (ms)": round(_percentile(latencies, 0.99), 1),
         "Ready -> wait answered max (ms)": round(max(latencies), 1),
+        "grants answered (32 callers at once)": granted,
+        "grants per second": round(granted / grant_seconds),
+        "requests reaching the controller, by route and code": requests,
     }
 
 

@@ -197,3 +197,20 @@ async def test_probes(hook: Webhook, session: aiohttp.ClientSession) -> None:
         assert response.status == 404
     async with session.get(f"{hook.url}/metrics") as response:
         assert response.status == 404
+
+
+async def test_requests_are_counted_by_route_template_and_code_class(
+    hook: Webhook, session: aiohttp.ClientSession
+) -> None:
+    await _post(session, hook, json.dumps(review(pod("a", labels=enabled()))).encode())
+    await _post(session, hook, b"{}")
+    await _status(session, hook)
+    for path in ("/nope/1", "/nope/2"):  # two paths, one label value: callers cannot grow the series
+        async with session.get(hook.url + path) as response:
+            assert response.status == 404
+    async with session.get(f"{hook.probe_url}/metrics") as response:
+        metrics = await response.text()
+    assert 'stagger_controller_requests_total{code="2xx",route="/mutate/pods"} 1.0' in metrics
+    assert 'stagger_controller_requests_total{code="4xx",route="/mutate/pods"} 1.0' in metrics
+    assert 'stagger_controller_requests_total{code="2xx",route="/status"} 1.0' in metrics
+    assert 'stagger_controller_requests_total{code="4xx",route="other"} 2.0' in metrics
