@@ -7,9 +7,9 @@ import asyncio
 import json
 import sys
 
-from tests.bench import admission_bench, groups_bench, lockd_bench
+from tests.bench import admission_bench, groups_bench, lockd_bench, lockd_node_bench
 
-KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "admission", "groups")
+KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "lockd-node", "admission", "groups")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; known: {', '.join(KNOWN)}")
     results = {}
     for name in args.which:
+        if name == "lockd-node":
+            # Writes bench/lockd.json and bench/lockd.md (medians of 3 runs, against a bare aiohttp handler).
+            lockd_node_bench.main([])
+            continue
         if name == "groups":
             results[name] = asyncio.run(groups_bench.run())
         elif name == "admission":
