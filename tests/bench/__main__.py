@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [--json]`: stagger's benchmarks. Each prints a table of measured numbers."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 import json
 import sys
 
-from tests.bench import admission_bench, groups_bench, lockd_bench, lockd_node_bench
+from tests.bench import admission_bench, buys_bench, groups_bench, lockd_bench, lockd_node_bench
 
-KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "lockd-node", "admission", "groups")
+KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "lockd-node", "admission", "groups", "buys")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(KNOWN)} (default: all)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
+    buys_bench.add_arguments(parser)
     args = parser.parse_args(argv)
     args.which = args.which or list(KNOWN)
     unknown = set(args.which) - set(KNOWN)
@@ -28,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
             # Writes bench/lockd.json and bench/lockd.md (medians of 3 runs, against a bare aiohttp handler).
             lockd_node_bench.main([])
             continue
-        if name == "groups":
+        if name == "buys":
+            results[name] = buys_bench.run_args(
+                args, command="python -m tests.bench " + " ".join(argv or sys.argv[1:])
+            )
+        elif name == "groups":
             results[name] = asyncio.run(groups_bench.run())
         elif name == "admission":
             results[name] = asyncio.run(admission_bench.run(seconds=args.seconds))

@@ -1,0 +1,393 @@
+"""What stagger buys: a herd on the simulated cluster (real init client processes, a real lockd per node,
+the real controller for staggering groups; the real control plane or sim's API emulator) at 60, 600 and
+3,000 pods, in each configuration:
+
+- `none`: without stagger;
+- `node`: lockd's node policy `maxConcurrent: K` (cluster mode: a slot ends when its pod is Ready);
+- `group-lock`, `group-gate`, `group-evict`: the seed staggering-group policy (one image-pull group,
+  exponential 4/4/16, as sim/cluster/scenarios/groups.yaml) in each mode (evict holds by nodeSelector),
+  with the same node policy;
+- `fixed`: a fixed-time lock at the same limit, as pod-startup-lock does: lockd's node policy with
+  `minHold: D` and `holdTimeout: D`, so every slot lasts exactly D whatever the pod does; D is the pod's
+  start-up time at one core (its CPU-seconds), what a pod-startup-lock user would set for identical pods.
+
+Per run: simulated seconds until every pod is Ready, container restarts, the most containers starting at
+once on a node, API requests per pod (the API server's count during the run: on the real control plane
+`apiserver_request_total`, every client's, heartbeats and the control plane's own controllers included);
+next to each, the ideal makespan for the same limit (`sim.cluster.makespan`: every slot reused the
+instant its pod is Ready, no overhead; with the group's pacer for the group configurations) and the
+ratio to it. `none` is compared with the node limit's ideal.
+
+The cluster: PODS_PER_NODE pods per node of CORES cores (a real cluster's density: 60 pods = 1 node,
+600 = 10, 3,000 = 50), one Deployment, each pod CPU_SECONDS CPU-seconds to start, liveness deadline
+LIVENESS_SECONDS, node limit K = CORES.
+
+`python -m tests.bench buys [--scales 60,600,3000] [--configs ...] [--control-plane real|emulator]
+[--out bench]` writes OUT/buys.json, OUT/buys.md and OUT/buys.png. Measures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.cli.apis import ApiUnavailable, ControlPlaneKind, check_control_plane, open_api
+from sim.cli.groups import with_mode
+from sim.cli.herd import run_once
+from sim.cluster.grouprun import run_group
+from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.makespan import ideal_makespan
+from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload
+from sim.cluster.simcluster import SimCluster
+from sim.cluster.startup import ModelSettings
+from stagger.policy import parse_policy_text
+
+logger = logging.getLogger(__name__)
+
+PODS_PER_NODE = 60
+CORES = 8
+K = 8
+CPU_SECONDS = 10.0
+LIVENESS_SECONDS = 60.0
+SCALES = (60, 600, 3000)
+CONFIGS = ("none", "node", "fixed", "group-lock", "group-gate", "group-evict")
+PACER = {"exponential": {"minInitial": 4, "multiplier": 4, "maxStagger": 16}}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    time_scale: float = 2.0
+    """Simulated seconds per wall second."""
+    deadline_seconds: float = 600.0
+    """Simulated seconds before a run is called off (`none` storms for about 1,100 s at this density)."""
+    launch: str = "exec"
+    """How the kubelets start init client processes (ClusterSettings.initclient_launch when it exists)."""
+
+
+def node_policy(*, fixed_seconds: float | None = None) -> str:
+    hold = (
+        f"      holdTimeout: {fixed_seconds * 1000:.0f}ms\n      minHold: {fixed_seconds * 1000:.0f}ms\n"
+        if fixed_seconds is not None
+        else "      holdTimeout: 10m\n"
+    )
+    return f"""nodePolicies:
+    - name: bench
+      throttleConfig:
+        maxConcurrent: {{value: {K}}}
+{hold}"""
+
+
+GROUP_POLICY = """staggeringPolicies:
+    - name: image-pull
+      labelSelector: {matchLabels: {staggerimages: "1"}}
+      groupingExpression: .spec.containers[0].image
+      pacer: {exponential: {minInitial: 4, multiplier: 4, maxStagger: 16}}
+      mode: lock
+"""
+
+
+def scenario(config: str, pods: int, knobs: Knobs) -> Scenario:
+    nodes = max(1, pods // PODS_PER_NODE)
+    group = config.startswith("group-")
+    # lockd's durations are wall time: the fixed hold is the start-up time at one core, in wall seconds.
+    fixed = CPU_SECONDS / knobs.time_scale if config == "fixed" else None
+    policies = (GROUP_POLICY if group else "") + node_policy(fixed_seconds=fixed)
+    base = Scenario(
+        name=f"buys-{config}-{pods}",
+        nodes=NodePool(count=nodes, cores=CORES, memory="64Gi", pods=110),
+        workloads=(
+            Workload(
+                kind="Deployment",
+                name="app",
+                namespace="buys",
+                replicas=pods,
+                cpu_seconds=CPU_SECONDS,
+                liveness_seconds=LIVENESS_SECONDS,
+                requests={"cpu": "100m", "memory": "256Mi"},
+                image="registry.example/spring-petclinic:3.2",
+                labels={"staggerimages": "1"},
+            ),
+        ),
+        stagger=StaggerConfig(
+            enabled=config != "none", host_port=0, max_wait="30m", policies=policies, controller=group
+        ),
+        model=ModelSettings(),
+        time_scale=knobs.time_scale,
+        deadline_seconds=knobs.deadline_seconds,
+    )
+    if group:
+        base = with_mode(base, config.removeprefix("group-"))
+    return base
+
+
+def ideal(config: str, pods: int) -> float:
+    pacer = None
+    if config.startswith("group-"):
+        pacer = parse_policy_text(GROUP_POLICY).staggering_policies[0].pacer
+    return ideal_makespan(
+        nodes=max(1, pods // PODS_PER_NODE),
+        cores=CORES,
+        limit=K,
+        pods_per_node=min(pods, PODS_PER_NODE),
+        cpu_seconds=CPU_SECONDS,
+        penalty=ModelSettings().penalty,
+        pacer=pacer,
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    pods: int
+    nodes: int
+    all_ready_seconds: float | None
+    ready_at_end: int
+    restarts: int
+    max_starting_per_node: int
+    api_requests: int
+    api_requests_per_pod: float
+    ideal_seconds: float
+    ratio: float | None
+    wall_seconds: float
+    control_plane: str
+    time_scale: float
+
+
+def _overrides(knobs: Knobs) -> dict[str, Any]:
+    from sim.cluster.simcluster import ClusterSettings
+
+    if knobs.launch != "exec" and "initclient_launch" in ClusterSettings.__dataclass_fields__:
+        return {"initclient_launch": knobs.launch}
+    return {}
+
+
+async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind, knobs: Knobs) -> Row:
+    scen = scenario(config, pods, knobs)
+    began = time.monotonic()
+    if not config.startswith("group-"):
+        result = await run_once(
+            scen, stagger=config != "none", control_plane=control_plane, cluster_overrides=_overrides(knobs)
+        )
+        done, restarts, requests = result.all_ready_seconds, result.restarts, result.api_requests
+        peak = max(result.peak_starting.values(), default=0)
+        ready_at_end = result.timeline[-1][1] if result.timeline else 0
+    else:
+        clusters: list[SimCluster] = []
+
+        async def keep(sim: SimCluster, _group: GroupWatch) -> None:
+            clusters.append(sim)
+
+        async with open_api(control_plane, quiet=True) as api:
+            before = await api.request_count()
+            run = await run_group(scen, api=api.backend, during=keep, **_overrides(knobs))
+            requests = await api.request_count() - before
+        done, restarts = run.all_ready_seconds, run.restarts
+        peak = max(clusters[0].peak_starting().values(), default=0) if clusters else 0
+        ready_at_end = run.timeline[-1].ready if run.timeline else 0
+    best = ideal(config, pods)
+    return Row(
+        config=config,
+        pods=pods,
+        nodes=scen.nodes.count,
+        all_ready_seconds=None if done is None else round(done, 1),
+        ready_at_end=pods if done is not None else ready_at_end,
+        restarts=restarts,
+        max_starting_per_node=peak,
+        api_requests=requests,
+        api_requests_per_pod=round(requests / pods, 1),
+        ideal_seconds=round(best, 1),
+        ratio=None if done is None else round(done / best, 3),
+        wall_seconds=round(time.monotonic() - began, 1),
+        control_plane=control_plane,
+        time_scale=knobs.time_scale,
+    )
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
+    lines = [
+        "# What stagger buys",
+        "",
+        f"Machine: {machine()}. Command: `{command}`.",
+        "",
+        f"{PODS_PER_NODE} pods per node of {CORES} cores, node limit {K}, {CPU_SECONDS:g} CPU-seconds to start, "
+        f"liveness {LIVENESS_SECONDS:g} s; all times simulated seconds. Ideal: every slot reused the instant its "
+        "pod is Ready (`sim.cluster.makespan`; the group rows with the 4/4/16 pacer); `none` against the node "
+        "limit's ideal.",
+        "",
+        "| pods | nodes | configuration | all Ready (s) | ideal (s) | ratio | restarts | max starting/node "
+        "| API requests/pod | wall (s) |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ready = (
+            f"{r.all_ready_seconds:.1f}"
+            if r.all_ready_seconds is not None
+            else f"not reached ({r.ready_at_end} Ready)"
+        )
+        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        lines.append(
+            f"| {r.pods} | {r.nodes} | {r.config} | {ready} | {r.ideal_seconds:.1f} | {ratio} | {r.restarts} "
+            f"| {r.max_starting_per_node} | {r.api_requests_per_pod:.1f} | {r.wall_seconds:.0f} |"
+        )
+    if notes:
+        lines += ["", notes]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scales = sorted({r.pods for r in rows})
+    configs = [c for c in CONFIGS if any(r.config == c for r in rows)]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / (len(configs) + 1)
+    for j, config in enumerate(configs):
+        xs, ys, hatch = [], [], []
+        for i, pods in enumerate(scales):
+            row = next((r for r in rows if r.config == config and r.pods == pods), None)
+            if row is None:
+                continue
+            xs.append(i + j * width)
+            ys.append(row.all_ready_seconds if row.all_ready_seconds is not None else row.wall_seconds * 0)
+            hatch.append(row.all_ready_seconds is None)
+        bars = ax.bar(xs, ys, width, label=config)
+        for bar, unreached in zip(bars, hatch, strict=True):
+            if unreached:
+                bar.set_hatch("//")
+    ideal_x = [i + len(configs) * width for i in range(len(scales))]
+    ax.bar(ideal_x, [ideal("node", p) for p in scales], width, label="ideal (node limit)", color="grey")
+    ax.set_xticks([i + len(configs) * width / 2 for i in range(len(scales))])
+    ax.set_xticklabels([f"{p} pods" for p in scales])
+    ax.set_ylabel("simulated seconds to all Ready")
+    ax.set_title("What stagger buys: time to all Ready (empty/hatched: not reached by the deadline)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def default_control_plane() -> ControlPlaneKind:
+    try:
+        check_control_plane("real")
+    except ApiUnavailable:
+        return "emulator"
+    return "real"
+
+
+async def run(
+    *,
+    scales: Sequence[int] = SCALES,
+    configs: Sequence[str] = CONFIGS,
+    control_plane: ControlPlaneKind | None = None,
+    knobs: Knobs = Knobs(),
+    out: Path | None = None,
+    command: str = "python -m tests.bench buys",
+) -> dict[str, object]:
+    kind = control_plane or default_control_plane()
+    rows: list[Row] = []
+    for pods in scales:
+        for config in configs:
+            print(
+                f"buys: {config} at {pods} pods on the {kind} control plane ...", file=sys.stderr, flush=True
+            )
+            row = await run_config(config, pods, control_plane=kind, knobs=knobs)
+            print(f"buys:   {row}", file=sys.stderr, flush=True)
+            rows.append(row)
+            if out is not None:
+                write(rows, out=out, command=command, knobs=knobs)
+    return {"rows": [asdict(r) for r in rows], "knobs": asdict(knobs), "machine": machine()}
+
+
+def write(rows: Sequence[Row], *, out: Path, command: str, knobs: Knobs) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "machine": machine(),
+        "command": command,
+        "knobs": asdict(knobs),
+        "podsPerNode": PODS_PER_NODE,
+        "cores": CORES,
+        "nodeLimit": K,
+        "cpuSeconds": CPU_SECONDS,
+        "livenessSeconds": LIVENESS_SECONDS,
+        "rows": [asdict(r) for r in rows],
+    }
+    (out / "buys.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "buys.md").write_text(markdown(rows, command=command))
+    plot(rows, out / "buys.png")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.buys_bench", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    run_args(args, command="python -m tests.bench.buys_bench " + shlex.join(argv or sys.argv[1:]))
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scales", default=",".join(str(s) for s in SCALES), help="pod counts, comma-separated"
+    )
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--control-plane", choices=("real", "emulator"), default=None, help="default: real when built"
+    )
+    parser.add_argument("--time-scale", type=float, default=Knobs.time_scale)
+    parser.add_argument("--deadline", type=float, default=Knobs.deadline_seconds)
+    parser.add_argument("--launch", default=Knobs.launch, help="init client launch: exec or fork")
+    parser.add_argument("--out", type=Path, default=Path("bench"))
+
+
+def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
+    """Run what the command line asks (`add_arguments`); the results, also written to ``args.out``."""
+    logging.basicConfig(level=logging.WARNING)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(
+            f"unknown configuration(s): {', '.join(sorted(unknown))}; known: {', '.join(CONFIGS)}"
+        )
+    knobs = Knobs(time_scale=args.time_scale, deadline_seconds=args.deadline, launch=args.launch)
+    return asyncio.run(
+        run(
+            scales=[int(s) for s in args.scales.split(",")],
+            configs=configs,
+            control_plane=args.control_plane,
+            knobs=knobs,
+            out=args.out,
+            command=command,
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
