@@ -63,6 +63,40 @@ class _Arrival:
     waiters: int = 0
 
 
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _lean_metadata(metadata: Any) -> Any:
+    """Without what lockd never reads and a real API server sends with every object: managedFields (often
+    more than the rest of a pod) and kubectl's last-applied copy of the object."""
+    if not isinstance(metadata, dict):
+        return metadata
+    annotations = metadata.get("annotations")
+    if "managedFields" not in metadata and not (
+        isinstance(annotations, dict) and _LAST_APPLIED in annotations
+    ):
+        return metadata
+    lean = {key: value for key, value in metadata.items() if key != "managedFields"}
+    if isinstance(annotations, dict) and _LAST_APPLIED in annotations:
+        lean["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    return lean
+
+
+def lean_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod as lockd keeps it (about 110 per node, each in memory for its lifetime)."""
+    metadata = pod.get("metadata")
+    lean = _lean_metadata(metadata)
+    return pod if lean is metadata else {**pod, "metadata": lean}
+
+
+def lean_node(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as lockd keeps it: its metadata (the labels choose the node policy). Its status (images,
+    conditions, addresses: tens of KB on a real node) is never read."""
+    return {key: node[key] for key in ("apiVersion", "kind") if key in node} | {
+        "metadata": _lean_metadata(node.get("metadata") or {})
+    }
+
+
 class NodeView:
     """The pods bound to this node and the Node itself, as informers keep them."""
 
@@ -81,10 +115,18 @@ class NodeView:
         self.names = names
         self.own_pod = own_pod
         self.pods = Informer(
-            client=client, resource=PODS, settings=informer_settings, field_selector=f"spec.nodeName={node}"
+            client=client,
+            resource=PODS,
+            settings=informer_settings,
+            field_selector=f"spec.nodeName={node}",
+            transform=lean_pod,
         )
         self.nodes = Informer(
-            client=client, resource=NODES, settings=informer_settings, field_selector=f"metadata.name={node}"
+            client=client,
+            resource=NODES,
+            settings=informer_settings,
+            field_selector=f"metadata.name={node}",
+            transform=lean_node,
         )
         self._client = client
         self._identity = identity or IdentitySettings()
