@@ -11,12 +11,13 @@ import importlib.util
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sim.cluster.containerenv import EnvError, command_line, configmap_refs, initclient_args, resolve_env
+from sim.cluster.forkserver import ForkServer
 from sim.cluster.objects import name_of, namespace_of
 from stagger.informer import cache_key
 from stagger.kube import CONFIGMAPS, ApiError, RestClient
@@ -25,6 +26,25 @@ logger = logging.getLogger(__name__)
 
 OUTPUT_LINES = 20
 """The last lines of the process's output kept for the kubelet's log."""
+
+
+class Process(Protocol):
+    """What the kubelet needs of an init client process: an exec'd one (``asyncio.subprocess.Process``) or
+    a forked one (``sim.cluster.forkserver.ForkedProcess``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self) -> Awaitable[int]: ...
+
+    def communicate(self) -> Awaitable[tuple[bytes, bytes | None]]: ...
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,9 @@ class InitClientRunner:
     stop_timeout_seconds: float
     """Wall time between SIGTERM and SIGKILL when a process is stopped."""
     launch_gate: LaunchGate | None = None
+    fork_server: ForkServer | None = None
+    """Launch through this fork server (``sim.cluster.forkserver``) instead of exec'ing ``python -m
+    initclient``: the same init client code in its own process, without the interpreter's start-up."""
 
     async def run(
         self,
@@ -87,7 +110,7 @@ class InitClientRunner:
         container: Mapping[str, Any],
         *,
         pod_ip: str,
-        on_started: Callable[[asyncio.subprocess.Process], None],
+        on_started: Callable[[Process], None],
     ) -> InitResult:
         """Resolve the container's environment, then run the process to its end; ``on_started`` gets the
         process as soon as it exists (so that it can be stopped). Cancelling stops the process too."""
@@ -132,20 +155,26 @@ class InitClientRunner:
         *,
         args: list[str],
         env: Mapping[str, str],
-        on_started: Callable[[asyncio.subprocess.Process], None],
+        on_started: Callable[[Process], None],
     ) -> InitResult:
-        proc = await asyncio.create_subprocess_exec(
-            self.python,
-            "-m",
-            "initclient",
-            *args,
-            env=process_env(env, hostname=name_of(pod)),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        proc: Process
+        if self.fork_server is not None:
+            proc = await self.fork_server.spawn(
+                args, env=process_env(env, hostname=name_of(pod)), nice=self.nice
+            )
+        else:
+            proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-m",
+                "initclient",
+                *args,
+                env=process_env(env, hostname=name_of(pod)),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
         on_started(proc)
-        if self.nice:
+        if self.nice and self.fork_server is None:
             # The simulated nodes share this machine's cores: the init clients' start-up must not starve
             # the simulator (whose lateness would show up as simulated time).
             with contextlib.suppress(OSError):
@@ -181,7 +210,7 @@ def process_env(env: Mapping[str, str], *, hostname: str) -> dict[str, str]:
     return result
 
 
-async def stop_process(proc: asyncio.subprocess.Process, *, grace: float) -> None:
+async def stop_process(proc: Process, *, grace: float) -> None:
     """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
     if proc.returncode is not None:
         return

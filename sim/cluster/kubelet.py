@@ -31,7 +31,8 @@ import aiohttp
 from sim.cluster import podparams
 from sim.cluster.clock import SimClock
 from sim.cluster.containerenv import runs_idle_stub, runs_initclient
-from sim.cluster.initproc import InitClientRunner, InitResult, LaunchGate, stop_process
+from sim.cluster.forkserver import ForkServer
+from sim.cluster.initproc import InitClientRunner, InitResult, LaunchGate, Process, stop_process
 from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.podstatus import (
     ContainerView,
@@ -110,7 +111,7 @@ class PodRuntime:
     main_started: bool = False
     main_started_at: float | None = None
     task: asyncio.Task[InitResult] | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: Process | None = None
     retry_at: float | None = None
     uses_stagger: bool = False
     slot_released: bool = False
@@ -134,6 +135,7 @@ class Kubelet:
         session: aiohttp.ClientSession,
         clock: SimClock,
         launch_gate: LaunchGate | None = None,
+        fork_server: ForkServer | None = None,
     ) -> None:
         self.settings = settings
         self._initclients = InitClientRunner(
@@ -145,6 +147,7 @@ class Kubelet:
             timeout_seconds=settings.init_process_timeout_seconds,
             stop_timeout_seconds=settings.stop_timeout_seconds,
             launch_gate=launch_gate,
+            fork_server=fork_server,
         )
         self.client = client
         self.clock = clock
@@ -335,7 +338,7 @@ class Kubelet:
         view = rt.init_views[rt.init_index]
         rt.init_views[rt.init_index] = replace(_reset(view), state="running", reason="", started_at=now)
 
-        def started(process: asyncio.subprocess.Process) -> None:
+        def started(process: Process) -> None:
             rt.process = process
 
         rt.task = asyncio.create_task(
