@@ -113,10 +113,11 @@ def choose_policy(app: web.Application) -> None:
 # --- handlers -----------------------------------------------------------------------------------------
 
 
-# The 423 bodies by (reason, position, maxWait): a queued pod asks again and again and is told the same.
-# Bounded: it starts over when full.
+# The 423 bodies by (reason, position, maxWait): a queued pod asks again and again and is told the same;
+# and the 200 bodies of holders asking again, by slot. Bounded: each starts over when full.
 _DENIED_BODIES: dict[tuple[str, int, float], bytes] = {}
-_DENIED_BODIES_MAX = 1024
+_REASKED_BODIES: dict[tuple[str, str, float], bytes] = {}
+_BODIES_MAX = 1024
 
 
 def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
@@ -129,7 +130,7 @@ def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
             "position": outcome.position,
             "maxWait": max_wait,
         }
-        if len(_DENIED_BODIES) >= _DENIED_BODIES_MAX:
+        if len(_DENIED_BODIES) >= _BODIES_MAX:
             _DENIED_BODIES.clear()
         encoded = _DENIED_BODIES[key] = json.dumps(body).encode()
     return web.Response(
@@ -211,18 +212,31 @@ async def lock(request: web.Request) -> web.Response:
         service.metrics.count("denied")
         return _denied(outcome, max_wait=service.node_policy.max_wait)
     service.metrics.count("granted")
+    slot = outcome.slot
+    if outcome.token is None:
+        # A holder asking again (its first answer was lost): the same body every time, encoded once.
+        key = (slot.namespace, slot.name, slot.granted_wall)
+        encoded = _REASKED_BODIES.get(key)
+        if encoded is None:
+            again: LockGranted = {
+                "granted": True,
+                "namespace": slot.namespace,
+                "name": slot.name,
+                "grantedAt": format_rfc3339(slot.granted_wall),
+            }
+            if len(_REASKED_BODIES) >= _BODIES_MAX:
+                _REASKED_BODIES.clear()
+            encoded = _REASKED_BODIES[key] = json.dumps(again).encode()
+        return web.Response(body=encoded, content_type=_JSON, charset="utf-8")
+    # Only the first 200 carries the token: it is the caller's proof for DELETE.
     body: LockGranted = {
         "granted": True,
         "namespace": query.namespace,
         "name": query.name,
-        "grantedAt": format_rfc3339(outcome.slot.granted_wall),
+        "grantedAt": format_rfc3339(slot.granted_wall),
+        "releaseToken": outcome.token,
     }
-    headers = {}
-    if outcome.token is not None:
-        # Only the first 200 carries the token: it is the caller's proof for DELETE.
-        body["releaseToken"] = outcome.token
-        headers[params.RELEASE_TOKEN_HEADER] = outcome.token
-    return _json(body, headers=headers)
+    return _json(body, headers={params.RELEASE_TOKEN_HEADER: outcome.token})
 
 
 async def unlock(request: web.Request) -> web.Response:

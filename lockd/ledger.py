@@ -69,8 +69,10 @@ class Waiter:
         return (self.namespace, self.name)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Granted:
+    """Yes. A plain dataclass like `Denied` (one per granted or re-asked request), never changed."""
+
     slot: Slot
     new: bool
     # The release token, only on a new grant (a re-ask is answered without it: it is a secret of the caller
