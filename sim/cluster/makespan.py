@@ -9,6 +9,10 @@ Ready. With ``k <= cores`` each start runs at one core, so a node takes ``ceil(n
 cores the shared rate and the contention penalty decide. The liveness deadline is not modelled: the
 ideal assumes no restart (with ``limit=None`` on an oversubscribed node that is far from what happens).
 
+``arrivals`` (one sorted list of simulated times per node) puts each pod on its node at the time given
+instead of at 0: the ideal for the pods as the control plane actually delivered them (``nodes`` and
+``pods_per_node`` are then taken from it).
+
 ``pacer`` adds a staggering group's pacer over all the pods of the cluster (one group): at most
 ``allowance(ready)`` pods of the group started (Ready + starting), each granted start placed on the node
 with the fewest pods started so far (the best case for the makespan).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 
 from sim.cluster.startup import per_container_rate
 from stagger.pacers import allowance
@@ -37,8 +42,18 @@ def ideal_makespan(
     cpu_seconds: float,
     penalty: float,
     pacer: Pacer | None = None,
+    arrivals: Sequence[Sequence[float]] | None = None,
 ) -> float:
-    """Simulated seconds from all pods present (t = 0) until the last one is Ready, in the best case."""
+    """Simulated seconds from all pods present (t = 0, or their ``arrivals``) until the last one is Ready,
+    in the best case."""
+    if arrivals is not None:
+        nodes = len(arrivals)
+        pending = [sorted(a) for a in arrivals]
+        if not any(pending):
+            return 0.0
+        pods_per_node = max(len(a) for a in pending)
+    else:
+        pending = [[0.0] * pods_per_node for _ in range(max(nodes, 0))]
     if nodes <= 0 or pods_per_node < 0 or cores <= 0 or cpu_seconds < 0:
         raise ValueError("need nodes > 0, pods_per_node >= 0, cores > 0, cpu_seconds >= 0")
     if limit is not None and limit <= 0:
@@ -46,13 +61,18 @@ def ideal_makespan(
     if pods_per_node == 0:
         return 0.0
     cap = pods_per_node if limit is None else min(limit, pods_per_node)
-    waiting = [pods_per_node] * nodes
+    waiting = [0] * nodes  # arrived, not started
     started = [0] * nodes
     remaining: list[list[float]] = [[] for _ in range(nodes)]  # work left of each starting pod
     ready = 0
     now = 0.0
-    total = nodes * pods_per_node
+    total = sum(len(a) for a in pending)
+    cursor = [0] * nodes  # arrivals taken into `waiting`
     while True:
+        for i, times in enumerate(pending):
+            while cursor[i] < len(times) and times[cursor[i]] <= now + _EPS:
+                cursor[i] += 1
+                waiting[i] += 1
         # Start what the limits allow now.
         room = None if pacer is None else allowance(pacer, ready=ready)
         group_room = math.inf if room is None else room - (ready + sum(len(r) for r in remaining))
@@ -78,6 +98,8 @@ def ideal_makespan(
             rates.append(rate)
             if work:
                 step = min(step, min(work) / rate)
+        arrival = min((t[c] for t, c in zip(pending, cursor, strict=True) if c < len(t)), default=math.inf)
+        step = min(step, arrival - now)
         if step == math.inf:
             raise RuntimeError("no pod can start: the pacer allows none")  # a pacer always allows >= 1
         now += step

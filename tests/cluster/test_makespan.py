@@ -69,6 +69,27 @@ def test_the_seed_pacer_adds_its_two_first_rounds() -> None:
     ) == pytest.approx(90)
 
 
+def test_arrivals_late_pods_start_when_they_come() -> None:
+    # All at 0: the same as without arrivals.
+    assert ideal_makespan(
+        nodes=0,
+        cores=4,
+        limit=2,
+        pods_per_node=0,
+        cpu_seconds=10,
+        penalty=0.5,
+        arrivals=[[0.0] * 6, [0.0] * 6],
+    ) == pytest.approx(30)
+    # One node's pods come one every 20 s, two slots: each starts on arrival, the last Ready at 40 + 10.
+    assert ideal_makespan(
+        nodes=0, cores=4, limit=2, pods_per_node=0, cpu_seconds=10, penalty=0.5, arrivals=[[0, 20, 40]]
+    ) == pytest.approx(50)
+    # Four arriving at 5 on one slot: 5 + 4 * 10.
+    assert ideal_makespan(
+        nodes=0, cores=4, limit=1, pods_per_node=0, cpu_seconds=10, penalty=0.5, arrivals=[[5, 5, 5, 5], []]
+    ) == pytest.approx(45)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         ideal_makespan(nodes=0, cores=4, limit=2, pods_per_node=3, cpu_seconds=1, penalty=0.5)
