@@ -65,9 +65,11 @@ async def open_api(
     api_url: str | None = None,
     api_kubeconfig: Path | None = None,
     quiet: bool = False,
+    extra_args: dict[str, list[str]] | None = None,
 ) -> AsyncIterator[OpenApi]:
     """Start (or attach to) an API server for the duration of the block. `kubeconfig`: where to write a
-    kubeconfig for one started here. `api_url` (an unauthenticated server such as the emulator) or
+    kubeconfig for one started here. `extra_args`: more flags per component of a real control plane
+    started here (`{"kube-controller-manager": ["--kube-api-qps=100"]}`). `api_url` (an unauthenticated server such as the emulator) or
     `api_kubeconfig` (a real cluster, e.g. `python -m sim controlplane`): attach instead of starting."""
 
     def say(line: str) -> None:
@@ -85,7 +87,7 @@ async def open_api(
         return
     if kind == "real":
         check_control_plane(kind)
-        plane = ControlPlane(kubeconfig=kubeconfig, port=port or None)
+        plane = ControlPlane(kubeconfig=kubeconfig, port=port or None, extra_args=extra_args)
         try:
             await plane.start_async()
             if kubeconfig is not None:

@@ -40,16 +40,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from sim.cli.apis import ApiUnavailable, ControlPlaneKind, check_control_plane, open_api
 from sim.cli.groups import with_mode
-from sim.cli.herd import run_once
 from sim.cluster.grouprun import run_group
 from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.herd import measure
 from sim.cluster.makespan import ideal_makespan
-from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload
-from sim.cluster.simcluster import SimCluster
+from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, with_stagger
+from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.cluster.startup import ModelSettings
 from stagger.policy import parse_policy_text
 
@@ -69,10 +69,13 @@ PACER = {"exponential": {"minInitial": 4, "multiplier": 4, "maxStagger": 16}}
 class Knobs:
     time_scale: float = 2.0
     """Simulated seconds per wall second."""
-    deadline_seconds: float = 600.0
+    deadline_seconds: float = 300.0
     """Simulated seconds before a run is called off (`none` storms for about 1,100 s at this density)."""
-    launch: str = "exec"
-    """How the kubelets start init client processes (ClusterSettings.initclient_launch when it exists)."""
+    launch: Literal["exec", "fork"] = "fork"
+    """How the kubelets start init client processes (ClusterSettings.initclient_launch)."""
+    client_qps: int | None = None
+    """The real control plane's kube-controller-manager and kube-scheduler client QPS (burst 1.5x); None:
+    their defaults (20 and 50), at which the ReplicaSet controller creates 20 pods per wall second."""
 
 
 def node_policy(*, fixed_seconds: float | None = None) -> str:
@@ -131,7 +134,7 @@ def scenario(config: str, pods: int, knobs: Knobs) -> Scenario:
     return base
 
 
-def ideal(config: str, pods: int) -> float:
+def ideal(config: str, pods: int, *, came: list[list[float]] | None = None) -> float:
     pacer = None
     if config.startswith("group-"):
         pacer = parse_policy_text(GROUP_POLICY).staggering_policies[0].pacer
@@ -143,6 +146,7 @@ def ideal(config: str, pods: int) -> float:
         cpu_seconds=CPU_SECONDS,
         penalty=ModelSettings().penalty,
         pacer=pacer,
+        arrivals=came,
     )
 
 
@@ -159,43 +163,75 @@ class Row:
     api_requests_per_pod: float
     ideal_seconds: float
     ratio: float | None
+    ideal_given_arrivals_seconds: float | None
+    """The ideal with each pod on its node when the kubelet saw it (the control plane's creation and
+    scheduling rate included): stagger's own overhead. Not for gate and evict mode, whose pods arrive
+    when the pacer lets them."""
+    ratio_given_arrivals: float | None
+    last_arrival_seconds: float | None
     wall_seconds: float
     control_plane: str
     time_scale: float
 
 
-def _overrides(knobs: Knobs) -> dict[str, Any]:
-    from sim.cluster.simcluster import ClusterSettings
+def _overrides(knobs: Knobs, nodes: int) -> dict[str, Any]:
+    # Every node's lockd starts at once: on 2 cores 50 of them need about a minute to be ready.
+    return {"initclient_launch": knobs.launch, "lockd_ready_timeout_seconds": 20.0 + 2.0 * nodes}
 
-    if knobs.launch != "exec" and "initclient_launch" in ClusterSettings.__dataclass_fields__:
-        return {"initclient_launch": knobs.launch}
-    return {}
+
+def _plane_args(knobs: Knobs) -> dict[str, list[str]] | None:
+    if knobs.client_qps is None:
+        return None
+    flags = [f"--kube-api-qps={knobs.client_qps}", f"--kube-api-burst={knobs.client_qps * 3 // 2}"]
+    return {"kube-controller-manager": flags, "kube-scheduler": flags}
+
+
+def arrivals(cluster: SimCluster, applied_at: float) -> list[list[float]]:
+    """When each node's kubelet first saw each of its (last) pods, in simulated seconds from the apply."""
+    return [
+        sorted(max(0.0, rt.start_time - applied_at) for rt in kubelet.runtimes.values())
+        for kubelet in cluster.kubelets.values()
+    ]
 
 
 async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind, knobs: Knobs) -> Row:
     scen = scenario(config, pods, knobs)
+    overrides = _overrides(knobs, scen.nodes.count)
     began = time.monotonic()
+    came: list[list[float]] | None = None
     if not config.startswith("group-"):
-        result = await run_once(
-            scen, stagger=config != "none", control_plane=control_plane, cluster_overrides=_overrides(knobs)
-        )
+        staggered = with_stagger(scen, config != "none")
+        settings = ClusterSettings.from_scenario(staggered, **overrides)
+        async with (
+            open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api,
+            SimCluster(api=api.backend, settings=settings) as cluster,
+        ):
+            applied_at = cluster.clock.now()
+            result = await measure(
+                staggered, cluster=cluster, stagger=config != "none", request_count=api.request_count
+            )
+        came = arrivals(cluster, applied_at)
         done, restarts, requests = result.all_ready_seconds, result.restarts, result.api_requests
         peak = max(result.peak_starting.values(), default=0)
         ready_at_end = result.timeline[-1][1] if result.timeline else 0
     else:
-        clusters: list[SimCluster] = []
+        clusters: list[tuple[SimCluster, float]] = []
 
         async def keep(sim: SimCluster, _group: GroupWatch) -> None:
-            clusters.append(sim)
+            clusters.append((sim, sim.clock.now()))
 
-        async with open_api(control_plane, quiet=True) as api:
+        async with open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api:
             before = await api.request_count()
-            run = await run_group(scen, api=api.backend, during=keep, **_overrides(knobs))
+            run = await run_group(scen, api=api.backend, during=keep, **overrides)
             requests = await api.request_count() - before
         done, restarts = run.all_ready_seconds, run.restarts
-        peak = max(clusters[0].peak_starting().values(), default=0) if clusters else 0
+        peak = max(clusters[0][0].peak_starting().values(), default=0) if clusters else 0
         ready_at_end = run.timeline[-1].ready if run.timeline else 0
+        if config == "group-lock" and clusters:
+            # `keep` runs just after the apply: the arrivals are a little early, never late.
+            came = arrivals(*clusters[0])
     best = ideal(config, pods)
+    given = ideal(config, pods, came=came) if came is not None else None
     return Row(
         config=config,
         pods=pods,
@@ -208,6 +244,9 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
         api_requests_per_pod=round(requests / pods, 1),
         ideal_seconds=round(best, 1),
         ratio=None if done is None else round(done / best, 3),
+        ideal_given_arrivals_seconds=None if given is None else round(given, 1),
+        ratio_given_arrivals=None if done is None or not given else round(done / given, 3),
+        last_arrival_seconds=None if not came else round(max(max(a, default=0.0) for a in came), 1),
         wall_seconds=round(time.monotonic() - began, 1),
         control_plane=control_plane,
         time_scale=knobs.time_scale,
@@ -238,9 +277,9 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
         "pod is Ready (`sim.cluster.makespan`; the group rows with the 4/4/16 pacer); `none` against the node "
         "limit's ideal.",
         "",
-        "| pods | nodes | configuration | all Ready (s) | ideal (s) | ratio | restarts | max starting/node "
-        "| API requests/pod | wall (s) |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| pods | nodes | configuration | all Ready (s) | ideal (s) | ratio | ideal given arrivals (s) | ratio "
+        "| last pod on its node (s) | restarts | max starting/node | API requests/pod | wall (s) |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ready = (
@@ -249,8 +288,12 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
             else f"not reached ({r.ready_at_end} Ready)"
         )
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        given = f"{r.ideal_given_arrivals_seconds:.1f}" if r.ideal_given_arrivals_seconds is not None else "-"
+        ratio2 = f"{r.ratio_given_arrivals:.3f}" if r.ratio_given_arrivals is not None else "-"
+        last = f"{r.last_arrival_seconds:.1f}" if r.last_arrival_seconds is not None else "-"
         lines.append(
-            f"| {r.pods} | {r.nodes} | {r.config} | {ready} | {r.ideal_seconds:.1f} | {ratio} | {r.restarts} "
+            f"| {r.pods} | {r.nodes} | {r.config} | {ready} | {r.ideal_seconds:.1f} | {ratio} | {given} | {ratio2} "
+            f"| {last} | {r.restarts} "
             f"| {r.max_starting_per_node} | {r.api_requests_per_pod:.1f} | {r.wall_seconds:.0f} |"
         )
     if notes:
@@ -363,7 +406,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--time-scale", type=float, default=Knobs.time_scale)
     parser.add_argument("--deadline", type=float, default=Knobs.deadline_seconds)
-    parser.add_argument("--launch", default=Knobs.launch, help="init client launch: exec or fork")
+    parser.add_argument(
+        "--launch", choices=("exec", "fork"), default=Knobs.launch, help="init client launch (default fork)"
+    )
+    parser.add_argument(
+        "--client-qps",
+        type=int,
+        default=None,
+        help="the real control plane's controller-manager and scheduler client QPS (default: theirs, 20 and 50)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench"))
 
 
@@ -376,7 +427,12 @@ def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
         raise SystemExit(
             f"unknown configuration(s): {', '.join(sorted(unknown))}; known: {', '.join(CONFIGS)}"
         )
-    knobs = Knobs(time_scale=args.time_scale, deadline_seconds=args.deadline, launch=args.launch)
+    knobs = Knobs(
+        time_scale=args.time_scale,
+        deadline_seconds=args.deadline,
+        launch=cast(Literal["exec", "fork"], args.launch),
+        client_qps=args.client_qps,
+    )
     return asyncio.run(
         run(
             scales=[int(s) for s in args.scales.split(",")],
