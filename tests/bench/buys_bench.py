@@ -170,6 +170,8 @@ class Row:
     ratio_given_arrivals: float | None
     last_arrival_seconds: float | None
     wall_seconds: float
+    cpu_seconds: dict[str, float]
+    """CPU-seconds each part of the test bed used from the apply to the end of the run (herd rows only)."""
     control_plane: str
     time_scale: float
 
@@ -177,6 +179,39 @@ class Row:
 def _overrides(knobs: Knobs, nodes: int) -> dict[str, Any]:
     # Every node's lockd starts at once: on 2 cores 50 of them need about a minute to be ready.
     return {"initclient_launch": knobs.launch, "lockd_ready_timeout_seconds": 20.0 + 2.0 * nodes}
+
+
+_PARTS = (
+    ("kube-apiserver", "kube-apiserver"),
+    ("etcd", "etcd"),
+    ("kube-controller-manager", "kube-controller-manager"),
+    ("kube-scheduler", "kube-scheduler"),
+    ("sim.cluster.forkserver", "init clients (fork server and children)"),
+    ("initclient", "init clients (exec)"),
+    ("-m lockd", "lockd (all nodes)"),
+    ("-m webhook", "controller"),
+    ("sim apiserver", "API emulator"),
+)
+
+
+def cpu_seconds_by_part() -> dict[str, float]:
+    """CPU-seconds so far of this process (the simulator: kubelets, scheduler, controllers, watches) and
+    of each kind of process under it (the reaped children's included, as the init clients)."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    parts = {"simulator (this process)": t.user + t.system}
+    for proc in me.children(recursive=True):
+        try:
+            line = " ".join(proc.cmdline())
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        name = next((label for key, label in _PARTS if key in line), "other")
+        total = times.user + times.system + times.children_user + times.children_system
+        parts[name] = parts.get(name, 0.0) + total
+    return parts
 
 
 def _plane_args(knobs: Knobs) -> dict[str, list[str]] | None:
@@ -199,6 +234,7 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
     overrides = _overrides(knobs, scen.nodes.count)
     began = time.monotonic()
     came: list[list[float]] | None = None
+    cpu: dict[str, float] = {}
     if not config.startswith("group-"):
         staggered = with_stagger(scen, config != "none")
         settings = ClusterSettings.from_scenario(staggered, **overrides)
@@ -207,9 +243,12 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
             SimCluster(api=api.backend, settings=settings) as cluster,
         ):
             applied_at = cluster.clock.now()
+            cpu_before = cpu_seconds_by_part()
             result = await measure(
                 staggered, cluster=cluster, stagger=config != "none", request_count=api.request_count
             )
+            cpu_after = cpu_seconds_by_part()
+            cpu = {k: round(v - cpu_before.get(k, 0.0), 1) for k, v in cpu_after.items()}
         came = arrivals(cluster, applied_at)
         done, restarts, requests = result.all_ready_seconds, result.restarts, result.api_requests
         peak = max(result.peak_starting.values(), default=0)
@@ -248,6 +287,7 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
         ratio_given_arrivals=None if done is None or not given else round(done / given, 3),
         last_arrival_seconds=None if not came else round(max(max(a, default=0.0) for a in came), 1),
         wall_seconds=round(time.monotonic() - began, 1),
+        cpu_seconds=cpu,
         control_plane=control_plane,
         time_scale=knobs.time_scale,
     )
