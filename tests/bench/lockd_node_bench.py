@@ -458,7 +458,7 @@ async def run(*, runs: int = 3) -> dict[str, Any]:
         "commands": {
             "all": "python -m tests.bench.lockd_node_bench --runs 3 [--tree OLD-CHECKOUT --label before] "
             "(make bench runs it as python -m tests.bench lockd-node)",
-            "load": " ".join(WRK) + " URL, against lockd and `python -m tests.bench.bare_app` in turn",
+            "load": " ".join(WRK) + " URL, against lockd and python -m tests.bench.bare_app in turn",
             "lockd": "python -m lockd --standalone --policies P --max-queue 2000 (P: maxConcurrent 1, holdTimeout 1h)",
         },
         "results": {name: _median_tree(values) for name, values in parts.items()},
@@ -490,11 +490,11 @@ def markdown(doc: dict[str, Any]) -> str:
     def row(name: str, cell: Callable[[dict[str, Any]], str], target: str = "") -> str:
         return f"| {name} | " + " | ".join(cell(res[label]) for label in labels) + f" | {target} |\n"
 
-    out = ["# lockd on a node\n", f"Machine: {doc['machine']}.\n"]
+    out = [f"lockd on a node. Machine: {doc['machine']}.\n"]
     out.append("Medians of " + ", ".join(f"{doc[label]['runs']} runs ({label})" for label in labels) + ".\n")
     out.append("Commands:\n")
     out += [f"- {key}: `{value}`\n" for key, value in doc["commands"].items()]
-    out.append("\n## Memory and CPU at rest and with long-pollers (standalone)\n\n" + head)
+    out.append("\n### Memory and CPU at rest and with long-pollers (standalone)\n\n" + head)
     for count in (str(c) for c in WAITER_COUNTS):
         out.append(
             row(
@@ -515,7 +515,7 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         )
     out.append(
-        "\n## Cluster mode (API emulator, 261 pods on the node, lockd's kubeconfig: server + token)\n\n"
+        "\n### Cluster mode (API emulator, 261 pods on the node, lockd's kubeconfig: server + token)\n\n"
         + head
     )
     out.append(
@@ -544,7 +544,7 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     )
     out.append(
-        "\n## Request paths, 64 connections (wrk), lockd against a bare aiohttp handler in the same run\n\n"
+        "\n### Request paths, 64 connections (wrk), lockd against a bare aiohttp handler in the same run\n\n"
         + head
     )
     for path in ("423 /v1/lock", "423 GET /", "200 /v1/lock"):
@@ -582,7 +582,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 ),
             )
         )
-    out.append(f"\n## Hand-off, release to the next waiter's 200, {HANDOFF_WAITERS} waiters\n\n" + head)
+    out.append(f"\n### Hand-off, release to the next waiter's 200, {HANDOFF_WAITERS} waiters\n\n" + head)
     out.append(row("p50 / p99", lambda r: f"{r['handoff']['p50_ms']:.2f} / {r['handoff']['p99_ms']:.2f} ms"))
     if doc.get("notes"):
         out.append("\n" + doc["notes"].strip() + "\n")
