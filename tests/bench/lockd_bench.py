@@ -47,7 +47,7 @@ class Pod:
         return query
 
 
-async def _wait_ok(session: aiohttp.ClientSession, url: str, *, what: str) -> None:
+async def wait_ok(session: aiohttp.ClientSession, url: str, *, what: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with contextlib.suppress(aiohttp.ClientError):
@@ -159,7 +159,7 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
                     )
                 )
                 api_url = f"http://127.0.0.1:{api_port}"
-                await _wait_ok(session, f"{api_url}/version", what="the API emulator")
+                await wait_ok(session, f"{api_url}/version", what="the API emulator")
                 pods = await _cluster_pods(session, api_url, names)
                 lockd_mode = ["--kubeconfig", str(kubeconfig), "--node-name", NODE, "--no-events"]
             proc = await stack.enter_async_context(
@@ -179,7 +179,7 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
                 )
             )
             info = psutil.Process(proc.pid)
-            await _wait_ok(session, f"{base}/readyz", what="lockd")
+            await wait_ok(session, f"{base}/readyz", what="lockd")
             await asyncio.sleep(1.0)
             rss_rest = info.memory_info().rss
             holder, waiters, others = pods[0], pods[1 : WAITERS + 1], pods[WAITERS + 1 :]
@@ -257,7 +257,7 @@ async def queue_scaling(*, seconds: float = 5.0) -> dict[str, str]:
             args = ["--standalone", "--policies", str(policies), "--max-queue", str(long + 10)]
             args += ["--waiter-idle-timeout", "1h", "--log-level", "warning", "--listen", f"127.0.0.1:{port}"]
             await stack.enter_async_context(_running(await _process(sys.executable, "-m", "lockd", *args)))
-            await _wait_ok(session, f"{base}/readyz", what="lockd")
+            await wait_ok(session, f"{base}/readyz", what="lockd")
             async with session.get(f"{base}/v1/lock", params={"namespace": "bench", "name": "holder"}) as r:
                 assert r.status == 200, r.status
             names = [f"q-{i:05d}" for i in range(long)]

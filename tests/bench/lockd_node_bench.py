@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from tests.bench import lockd_bench
 from tests.processes import clean_env, free_port
 
 POLICY = "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
@@ -68,18 +69,6 @@ def machine() -> str:
     )
 
 
-async def _wait_ok(url: str, *, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not answer 200 within {within:g}s")
-
-
 @contextlib.asynccontextmanager
 async def _process(*argv: str, ready: str, tree: Path | None = None) -> AsyncIterator[psutil.Process]:
     where = tree or ROOT
@@ -91,7 +80,8 @@ async def _process(*argv: str, ready: str, tree: Path | None = None) -> AsyncIte
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        await _wait_ok(ready)
+        async with aiohttp.ClientSession() as session:
+            await lockd_bench.wait_ok(session, ready, what=" ".join(argv[1:3]))
         yield psutil.Process(proc.pid)
     finally:
         if proc.returncode is None:
