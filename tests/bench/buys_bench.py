@@ -318,8 +318,8 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
         "limit's ideal.",
         "",
         "| pods | nodes | configuration | all Ready (s) | ideal (s) | ratio | ideal given arrivals (s) | ratio "
-        "| last pod on its node (s) | restarts | max starting/node | API requests/pod | wall (s) |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| last pod on its node (s) | restarts | max starting/node | API requests/pod | time scale | wall (s) |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ready = (
@@ -334,7 +334,7 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
         lines.append(
             f"| {r.pods} | {r.nodes} | {r.config} | {ready} | {r.ideal_seconds:.1f} | {ratio} | {given} | {ratio2} "
             f"| {last} | {r.restarts} "
-            f"| {r.max_starting_per_node} | {r.api_requests_per_pod:.1f} | {r.wall_seconds:.0f} |"
+            f"| {r.max_starting_per_node} | {r.api_requests_per_pod:.1f} | {r.time_scale:g} | {r.wall_seconds:.0f} |"
         )
     if notes:
         lines += ["", notes]
