@@ -113,28 +113,34 @@ def choose_policy(app: web.Application) -> None:
 # --- handlers -----------------------------------------------------------------------------------------
 
 
-# The 423 bodies by (reason, position, maxWait): a queued pod asks again and again and is told the same;
-# and the 200 bodies of holders asking again, by slot. Bounded: each starts over when full.
-_DENIED_BODIES: dict[tuple[str, int, float], bytes] = {}
-_REASKED_BODIES: dict[tuple[str, str, float], bytes] = {}
-_BODIES_MAX = 1024
+class EncodedBodies:
+    """Answers encoded once and reused: the 423 bodies by (reason, position, maxWait), since a queued pod
+    asks again and again and is told the same, and the 200 bodies of holders asking again, by slot. Each
+    table starts over when it holds `size` bodies, so callers cannot grow it without bound."""
+
+    def __init__(self, *, size: int = 1024) -> None:
+        self.size = size
+        self._tables: dict[str, dict[tuple[object, ...], bytes]] = {"denied": {}, "reasked": {}}
+
+    def get(self, table: str, key: tuple[object, ...], build: Callable[[], object]) -> bytes:
+        known = self._tables[table]
+        encoded = known.get(key)
+        if encoded is None:
+            if len(known) >= self.size:
+                known.clear()
+            encoded = known[key] = json.dumps(build()).encode()
+        return encoded
 
 
-def _denied(outcome: ledger.Denied, *, max_wait: float) -> web.Response:
-    key = (outcome.reason, outcome.position, max_wait)
-    encoded = _DENIED_BODIES.get(key)
-    if encoded is None:
-        body: LockDenied = {
-            "granted": False,
-            "reason": outcome.reason,
-            "position": outcome.position,
-            "maxWait": max_wait,
-        }
-        if len(_DENIED_BODIES) >= _BODIES_MAX:
-            _DENIED_BODIES.clear()
-        encoded = _DENIED_BODIES[key] = json.dumps(body).encode()
+BODIES = web.AppKey("encoded_bodies", EncodedBodies)
+
+
+def _denied(outcome: ledger.Denied, *, max_wait: float, bodies: EncodedBodies) -> web.Response:
+    def build() -> LockDenied:
+        return {"granted": False, "reason": outcome.reason, "position": outcome.position, "maxWait": max_wait}
+
     return web.Response(
-        body=encoded,
+        body=bodies.get("denied", (outcome.reason, outcome.position, max_wait), build),
         status=423,
         headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
         content_type=_JSON,
@@ -210,23 +216,21 @@ async def lock(request: web.Request) -> web.Response:
         return _queue_full(outcome, max_wait=service.node_policy.max_wait)
     if isinstance(outcome, ledger.Denied):
         service.metrics.count("denied")
-        return _denied(outcome, max_wait=service.node_policy.max_wait)
+        return _denied(outcome, max_wait=service.node_policy.max_wait, bodies=request.app[BODIES])
     service.metrics.count("granted")
     slot = outcome.slot
     if outcome.token is None:
         # A holder asking again (its first answer was lost): the same body every time, encoded once.
-        key = (slot.namespace, slot.name, slot.granted_wall)
-        encoded = _REASKED_BODIES.get(key)
-        if encoded is None:
-            again: LockGranted = {
+        def again() -> LockGranted:
+            return {
                 "granted": True,
                 "namespace": slot.namespace,
                 "name": slot.name,
                 "grantedAt": format_rfc3339(slot.granted_wall),
             }
-            if len(_REASKED_BODIES) >= _BODIES_MAX:
-                _REASKED_BODIES.clear()
-            encoded = _REASKED_BODIES[key] = json.dumps(again).encode()
+
+        key = (slot.namespace, slot.name, slot.granted_wall)
+        encoded = request.app[BODIES].get("reasked", key, again)
         return web.Response(body=encoded, content_type=_JSON, charset="utf-8")
     # Only the first 200 carries the token: it is the caller's proof for DELETE.
     body: LockGranted = {
@@ -670,6 +674,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     app[POLICY] = state
     app[READER] = reader
     app[QUERIES] = params.LockQueries(max_wait=settings.max_long_poll)
+    app[BODIES] = EncodedBodies()
     if cluster_state is not None:
         app[CLUSTER] = cluster_state
         app.cleanup_ctx.append(_cluster_parts)
