@@ -10,7 +10,8 @@ pod (its counts rebuilt from the API: `granted-at`, gates, labels, Ready). Every
 the grant API with 503 naming the leader; admission is answered by all. In evict mode admission needs
 the leader's counts: a replica that does not lead asks the leader (`POST /v1/groups/admit` at
 `--leader-url`, within `--admit-timeout`), and holds the pod when it cannot get an answer (safe: the
-leader evicts held pods as their pacers allow). On shutdown the leader stops
+leader evicts held pods as their pacers allow). The leader, while it rebuilds its counts (just started or
+elected), waits for them as long before it holds a pod for want of them. On shutdown the leader stops
 granting first, waits (at most `--grant-drain`, 5 s) until the grants it reserved show on their
 pods, and only then gives up the Lease: the next leader, which counts from the pods, never misses a
 grant it did not see.
@@ -35,6 +36,7 @@ from stagger import kube
 from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord, pair_label
 from stagger.informer import InformerSettings
+from stagger.waiting import wait_event
 from webhook import grants, wire
 from webhook.admission import EvictAnswer, EvictQuestion
 from webhook.app import ADMISSION, EVICT_DECIDER, METRICS, READINESS, SETTINGS, STATUS_SECTIONS, TOKEN
@@ -245,7 +247,12 @@ async def _steward(app: web.Application) -> None:
             logger.info("granting: %d enabled pods in %d groups", len(pacing.book), len(pacing.book.pairs()))
         pacing.set_granting(granting)
         watch.announce_events = leading
-        await asyncio.sleep(STEWARD_SECONDS)
+        if leading and not watch.synced:
+            await wait_event(
+                watch.informer.synced, within=STEWARD_SECONDS
+            )  # grant once the counts are rebuilt
+        else:
+            await asyncio.sleep(STEWARD_SECONDS)
 
 
 def _publish(app: web.Application) -> None:
@@ -398,7 +405,7 @@ async def _decide_evict(app: web.Application, question: EvictQuestion) -> EvictA
     if groups.off is not None:
         metrics.evict_admissions.labels(outcome="lock", basis="off").inc()
         return EvictAnswer(outcome="lock", reason=groups.off, now=now)
-    if groups.granting:
+    if groups.granting or await _until_granting(groups, within=app[SETTINGS].admit_timeout):
         decision = groups.pacing.admit(
             pacer_groups=question.pacer_groups,
             bypassed_groups=question.bypassed_groups,
@@ -414,11 +421,40 @@ async def _decide_evict(app: web.Application, question: EvictQuestion) -> EvictA
             ticket=decision.ticket,
             held_since=decision.held_since,
         )
+    leadership = groups.leadership
+    if leadership is not None and leadership.is_leader and not groups.stopping:
+        # Leading, but the counts were not rebuilt within --admit-timeout: nobody else can answer.
+        reason = (
+            "this replica leads but is still rebuilding its group counts from the API "
+            f"(waited --admit-timeout {app[SETTINGS].admit_timeout:g}s)"
+        )
+        logger.info("held a pod in evict mode: %s", reason)
+        metrics.evict_admissions.labels(outcome="hold", basis="unanswered").inc()
+        return EvictAnswer(outcome="hold", reason=reason, now=now)
     answer, answered = await _ask_leader(app, question, now=now)
     metrics.evict_admissions.labels(
         outcome=answer.outcome, basis="forwarded" if answered else "unanswered"
     ).inc()
     return answer
+
+
+async def _until_granting(groups: Groups, *, within: float) -> bool:
+    """Whether this replica grants, waiting (at most `within` seconds) while it leads but is still
+    rebuilding its counts: a pod created just as the controller starts (or just after an election) is
+    decided on the counts a moment later, not held for want of them (holding would cost it an eviction)."""
+    deadline = time.monotonic() + within
+    while not groups.granting:
+        leadership, watch = groups.leadership, groups.watch
+        if groups.stopping or leadership is None or watch is None or not leadership.is_leader:
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if watch.synced:
+            await groups.pacing.changed(since=groups.pacing.version, within=remaining)  # the steward's turn
+        else:
+            await wait_event(watch.informer.synced, within=remaining)
+    return True
 
 
 async def _ask_leader(
@@ -476,6 +512,14 @@ async def _ask_leader(
 async def admit(request: web.Request) -> web.Response:
     """`POST /v1/groups/admit`: a replica that does not lead asks for an evict-mode admission decision."""
     refused = _refusal(request)
+    # A leader still rebuilding its counts answers once it has them, within half the asker's own bound
+    # (`--admit-timeout`, the same setting on every replica), so that the answer still reaches it.
+    if (
+        refused is not None
+        and refused.status == 503
+        and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].admit_timeout / 2)
+    ):
+        refused = None
     if refused is not None:
         return refused
     try:

@@ -204,7 +204,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--leader-ca-file", ("STAGGER_LEADER_CA_FILE",), "leader_ca_file",
            "CA bundle (PEM) to verify --leader-url with (default: the system's)", file_path, "FILE"),
     Option("--admit-timeout", ("STAGGER_ADMIT_TIMEOUT",), "admit_timeout",
-           "evict mode: how long admission waits for the leader's answer before holding the pod "
+           "evict mode: how long admission waits for the leader's answer (on the leader: for its counts "
+           "to be rebuilt from the API, after a start or an election) before holding the pod "
            "(default 0.5s; keep it well under the webhook's timeoutSeconds)", seconds(at_most=10.0), "DURATION"),
     Option("--eviction-backoff", ("STAGGER_EVICTION_BACKOFF",), "eviction_backoff",
            "evict mode: wait at least this long before evicting a pod again after the API server refused "

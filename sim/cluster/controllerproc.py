@@ -36,6 +36,7 @@ __all__ = ["ControllerError", "ControllerProcess", "ControllerSpec"]
 logger = logging.getLogger(__name__)
 
 BANNER = re.compile(r"admission on https://([\d.]+):(\d+)/mutate/pods")
+PROBES = re.compile(r"probes on (http://[\d.]+:\d+)")
 WEBHOOK_NAME = "pods.stagger.sim"
 JOBS_WEBHOOK_NAME = "jobs.stagger.sim"
 
@@ -68,6 +69,7 @@ class _Replica:
         self.log_file = log_file
         self.identity = identity
         self.port = 0
+        self.probes_url = ""
         self._proc: asyncio.subprocess.Process | None = None
         self._log: asyncio.Task[None] | None = None
 
@@ -99,8 +101,31 @@ class _Replica:
                 f"the controller did not listen within {within:g}s:\n{''.join(lines[-20:])}"
             ) from None
         self.port = int(match[2])
+        probes = PROBES.search(lines[-1])
+        self.probes_url = probes[1] if probes else ""
         self.log_file.write_text("".join(lines))
         self._log = asyncio.create_task(self._copy_log(stderr), name=f"{self.identity}-log")
+
+    async def wait_ready(self, *, within: float) -> None:
+        """Until `/readyz` answers 200 (its pod watch has listed every enabled pod): what a Service waits
+        for before it sends the replica anything, and what `helm install --wait` waits for."""
+        deadline = asyncio.get_running_loop().time() + within
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if not self.running:
+                    raise ControllerError(f"{self.identity} exited before it was ready")
+                try:
+                    async with session.get(
+                        self.probes_url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)
+                    ) as response:
+                        if response.status == 200:
+                            return
+                        why = f"HTTP {response.status}: {(await response.text())[:200]}"
+                except (aiohttp.ClientError, TimeoutError) as err:
+                    why = str(err) or type(err).__name__
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise ControllerError(f"{self.identity} was not ready within {within:g}s: {why}")
+                await asyncio.sleep(0.05)
 
     async def _copy_log(self, stream: asyncio.StreamReader) -> None:
         with self.log_file.open("a") as out:
@@ -258,6 +283,9 @@ class ControllerProcess:
             for i, replica in enumerate(self.replicas):
                 replica.argv = self._argv(i, leader_url=self.url)
         await asyncio.gather(*(replica.start(within=within) for replica in self.replicas))
+        # The chart's Services send requests only to ready replicas (and `helm install --wait` waits for
+        # them): the webhook is registered once they are.
+        await asyncio.gather(*(replica.wait_ready(within=within) for replica in self.replicas))
         if client is not None and len(self.replicas) > 1:
             self._follow = asyncio.create_task(self._follow_lease(client), name="controller-lease")
 
