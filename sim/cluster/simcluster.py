@@ -72,6 +72,10 @@ class ClusterSettings:
     launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
     """Init client processes starting up at once on this machine (see ``sim.cluster.initproc.LaunchGate``)."""
     launch_hold_seconds: float = 0.25
+    http_connection_limit: int | None = None
+    """Connections the simulator's HTTP session may open at once (every kubelet's pod watch holds one for
+    good); None: 100 + 4 per node. aiohttp's default of 100 in all left 50 nodes' status writes queueing
+    behind 50 watches until they timed out."""
     initclient_launch: Literal["exec", "fork"] = "exec"
     """How the kubelets start init client processes: ``exec`` (``python -m initclient``, each paying the
     interpreter's start-up and imports: about 0.25 CPU-seconds and 25-30 MB) or ``fork`` (from a fork
@@ -156,7 +160,8 @@ class SimCluster:
         else:
             self._work_dir = s.work_dir
             self._work_dir.mkdir(parents=True, exist_ok=True)
-        self._session = aiohttp.ClientSession()
+        limit = s.http_connection_limit or 100 + 4 * s.nodes.count
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
         self._client = self.api.client(self._session, request_timeout=s.request_timeout_seconds)
         ips = [self.node_ip(i) for i in range(s.nodes.count)]
         for i, ip in enumerate(ips):
