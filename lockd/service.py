@@ -421,6 +421,15 @@ class LockService:
                     self.wake_next()
         if isinstance(outcome, ledger.Denied):
             self.counters.denied += 1
+            if not gone and not self.closing and self.clock() >= deadline:
+                # The long poll was the wait: the caller should open the next one at once, not sleep for
+                # the throttle's hint while a slot frees (lockd times a time-bound throttle itself).
+                outcome = ledger.Denied(
+                    reason=outcome.reason,
+                    position=outcome.position,
+                    retry_after=0.0,
+                    throttle=outcome.throttle,
+                )
         return outcome
 
     def take_anonymous(self, *, duration: float) -> ledger.Outcome:

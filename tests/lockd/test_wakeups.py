@@ -168,3 +168,14 @@ async def test_releases_at_once_wake_one_waiter_per_freed_slot() -> None:
         await _settle()
         assert len(service.ledger.slots) == min(limit, limit - released + waiters)
         await _finish(service, polls)
+
+
+async def test_a_long_poll_that_ran_its_whole_wait_says_ask_again_at_once() -> None:
+    """The long poll was the wait: its 423 carries Retry-After 0, so the init client opens the next one
+    instead of sleeping on the throttle's hint while slots free (a plain ask keeps the hint)."""
+    service, _ = await _scene(limit=1, holders=1, waiters=0)
+    plain = await service.wait_for_slot(namespace="t", name="p", uid="", wait=0, alive=lambda: True)
+    assert isinstance(plain, ledger.Denied) and plain.retry_after > 0
+    polled = await service.wait_for_slot(namespace="t", name="p", uid="", wait=0.05, alive=lambda: True)
+    assert isinstance(polled, ledger.Denied) and polled.retry_after == 0
+    assert (polled.reason, polled.position) == (plain.reason, plain.position)
