@@ -8,7 +8,8 @@ itself is hardened:
 - a request whose connection closes is cancelled (aiohttp's handler cancellation): a long-polling waiter
   that went away stops at once;
 - malformed HTTP gets a JSON 400 like every other error, and one warning line in the log, not a
-  traceback (aiohttp answers it before any handler or middleware runs, so its error handler is replaced).
+  traceback (aiohttp answers it before any handler or middleware runs, so its error handler is replaced);
+  neither quotes the bytes of the request (a broken header line may be one that carries a token).
 
 `serve` starts one or more listeners (an app on an address, with TLS or without), then on SIGTERM or
 SIGINT stops them all together, each finishing its requests within its runner's shutdown timeout.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import ssl
 from collections.abc import Callable, Sequence
@@ -48,7 +50,7 @@ class _JsonErrorHandler(RequestHandler):
             self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
             reason = f"internal error (see {self.owner}'s log)"
         else:
-            detail = (message or str(exc) or "malformed request")[:200]
+            detail = _without_data(message or str(exc) or "malformed request")
             logger.warning("malformed HTTP request from %s: %r", request.remote, detail)
             reason = f"malformed HTTP request: {detail}"
         if request.writer.output_size > 0:
@@ -56,6 +58,20 @@ class _JsonErrorHandler(RequestHandler):
         response = web.json_response({"error": reason}, status=status)
         response.force_close()
         return response
+
+
+_QUOTED = re.compile(r"b?'(?:[^'\\]|\\.)*'" + "|" + r'b?"(?:[^"\\]|\\.)*"')
+
+
+def _without_data(message: str) -> str:
+    """aiohttp's description of what is wrong with a request, without the bytes it quotes ("Invalid
+    header value char:\\n\\n  b'Authorization: Bearer ...'", "Invalid HTTP header: b'...'", "Got more
+    than 8190 bytes when reading: b'...'"): the line quoted is often a header, and headers carry the
+    grant API's bearer token and lockd's release tokens, which must never reach a log."""
+    first = _QUOTED.sub("(...)", message.split("\n", 1)[0])
+    # A quote left open (a message cut short) still opens data: drop everything from it.
+    kept = re.split("['\"]", first, maxsplit=1)[0]
+    return kept.rstrip(": ")[:200] or "malformed request"
 
 
 class _JsonErrorServer(web.Server):
