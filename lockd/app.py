@@ -249,10 +249,10 @@ async def unlock(request: web.Request) -> web.Response:
     service = app[SERVICE]
     try:
         namespace, name = params.pod_identity(request.query)
+        uid = params.pod_uid(request.query)
     except params.BadRequest as err:
         service.metrics.count("bad_request")
         return _json_error(400, str(err))
-    uid = request.query.get("uid", "")
     view = _view(app)
     # In a cluster a request from the pod's own IP with its uid is the pod itself (a pod cannot use another
     # pod's IP); the token is the proof everywhere else.

@@ -53,11 +53,18 @@ def pod_identity(query: Mapping[str, str]) -> tuple[str, str]:
     return namespace, name
 
 
-def lock_query(query: Mapping[str, str], *, max_wait: float) -> LockQuery:
-    namespace, name = pod_identity(query)
+def pod_uid(query: Mapping[str, str]) -> str:
+    """The optional `uid`, "" when absent. Checked on DELETE as on a lock request (it was taken unchecked
+    there, so a uid no pod can have answered 403/404 instead of the 400 every other bad parameter gets)."""
     uid = query.get("uid", "")
     if uid and not _UID.fullmatch(uid):
         raise BadRequest(f"uid: not a valid Kubernetes uid (got {uid!r})")
+    return uid
+
+
+def lock_query(query: Mapping[str, str], *, max_wait: float) -> LockQuery:
+    namespace, name = pod_identity(query)
+    uid = pod_uid(query)
     wait = _number(query, "wait", low=0.0, high=max_wait)
     return LockQuery(namespace=namespace, name=name, uid=uid, wait=wait or 0.0)
 

@@ -127,7 +127,10 @@ EndReason = Literal["released", "ready", "finished", "deleted"]
 
 
 def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # aiohttp hands header bytes that are not UTF-8 over as lone surrogates (surrogateescape); a plain
+    # encode() raised on them, and a DELETE with such a release token answered 500 with a traceback. The
+    # bytes as sent are hashed instead: they never match a token lockd gave (those are hex), so it is a 403.
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def new_token() -> str:
