@@ -76,7 +76,11 @@ async def test_replicas_forward_to_the_leaders_proxy(tmp_path: Path, monkeypatch
     async def fake_start(self: Any, *, within: float) -> None:
         started.append(list(self.argv))
 
+    async def ready_at_once(self: Any, *, within: float) -> None:
+        return None
+
     monkeypatch.setattr(controllerproc._Replica, "start", fake_start)
+    monkeypatch.setattr(controllerproc._Replica, "wait_ready", ready_at_once)  # nothing was started
     controller = ControllerProcess(spec(tmp_path, replicas=2))
     try:
         await controller.start(client=_NoLease(), within=1)  # type: ignore[arg-type]
