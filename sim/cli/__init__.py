@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "a simulated cluster (nodes, kubelets, lockd per node) on the emulator or the real control plane",
     "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
     "groups": "the staggering-group demo: one group of 40 pods paced 4/4/16, in lock and gate mode, with a plot",
+    "chaos": "a randomized herd under injected faults (API errors, outages, killed processes), then checked",
 }
 
 EPILOG = """\
@@ -29,6 +30,7 @@ examples:
   python -m sim cluster --control-plane real --stagger --kubeconfig /tmp/real.kubeconfig
   python -m sim herd --out out
   python -m sim groups --out out
+  python -m sim chaos --seed 7 --minutes 1
   python -m sim herd --help          (each command has its own --help)
 """
 
@@ -71,6 +73,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
         from sim.cli import groups
 
         return groups.main
+    if name == "chaos":
+        from sim.cli import chaos
+
+        return chaos.main
     from sim.cli import herd
 
     return herd.main

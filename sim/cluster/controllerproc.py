@@ -103,7 +103,8 @@ class _Replica:
         self.port = int(match[2])
         probes = PROBES.search(lines[-1])
         self.probes_url = probes[1] if probes else ""
-        self.log_file.write_text("".join(lines))
+        with self.log_file.open("a") as out:  # a restarted replica's log goes on after the last one's
+            out.write("".join(lines))
         self._log = asyncio.create_task(self._copy_log(stderr), name=f"{self.identity}-log")
 
     async def wait_ready(self, *, within: float) -> None:
@@ -316,6 +317,14 @@ class ControllerProcess:
         for replica in self.replicas:
             if replica.identity == identity:
                 replica.kill()
+
+    async def restart(self, identity: str, *, within: float = 30.0) -> None:
+        """Start a killed replica again (as its Deployment would), once it has exited; returns when it is
+        ready. Only with several replicas: the proxies find its new port."""
+        for replica in self.replicas:
+            if replica.identity == identity and not replica.running:
+                await replica.start(within=within)
+                await replica.wait_ready(within=within)
 
     def lockd_args(self) -> list[str]:
         """What each lockd needs to ask this controller for group grants."""

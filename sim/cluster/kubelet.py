@@ -66,6 +66,14 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class FailOpen:
+    pod: str
+    """namespace/name"""
+    why: str
+    """The init client's line saying why."""
+
+
+@dataclass(frozen=True)
 class KubeletSettings:
     node_name: str
     node_ip: str
@@ -165,6 +173,8 @@ class Kubelet:
         self._background: set[asyncio.Task[Any]] = set()
         self._next_ip = 2
         self._last_load: float | None = None
+        self.fail_opens: list[FailOpen] = []
+        """Pods whose init client let them start without a slot (exit 0 saying "(fail-open)")."""
 
     @property
     def peak_starting(self) -> int:
@@ -373,6 +383,9 @@ class Kubelet:
             return False
         started = view.started_at if view.started_at is not None else now
         if result.exit_code == 0:
+            fail_open = next((line for line in result.output if "(fail-open)" in line), None)
+            if fail_open is not None:
+                self.fail_opens.append(FailOpen(pod=rt.key, why=fail_open))
             rt.init_views[index] = replace(
                 _reset(view),
                 state="terminated",

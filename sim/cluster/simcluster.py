@@ -38,6 +38,7 @@ from sim.cluster.scenario import (
 )
 from sim.cluster.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.startup import ModelSettings
+from sim.kubeconfig import write_kubeconfig
 from stagger.informer import InformerSettings
 from stagger.kube import BY_KIND, NAMESPACES, ApiError, Resource, RestClient
 from stagger.objects import Obj
@@ -88,6 +89,10 @@ class ClusterSettings:
     controllers: ControllerSettings = field(default_factory=ControllerSettings)
     """sim's workload controllers (on the emulator only)."""
     node_agent: NodeAgentSettings = field(default_factory=NodeAgentSettings)
+    stagger_api_url: str | None = None
+    """Where lockd and the controller reach the API server (the chaos fault proxy, `sim.chaos.proxy`);
+    None: directly. On the emulator only (its plain HTTP); the sim's own kubelets, scheduler and
+    controllers always go directly."""
     informer: InformerSettings = field(default_factory=InformerSettings)
 
     @classmethod
@@ -238,6 +243,11 @@ class SimCluster:
         kubeconfig_path: Path | None = None
         if s.stagger.lockd_mode == "cluster":
             kubeconfig_path = self.api.lockd_kubeconfig(self.work_dir)
+            if s.stagger_api_url is not None:
+                if self.api.kubeconfig is not None:
+                    raise ValueError("stagger_api_url: only on the API emulator (the real one needs TLS)")
+                kubeconfig_path = self.work_dir / "stagger-via-proxy.kubeconfig"
+                write_kubeconfig(kubeconfig_path, s.stagger_api_url, token="lockd")
         extra: tuple[str, ...] = ()
         if s.stagger.controller and kubeconfig_path is not None and policies is not None:
             extra = tuple(await self._start_controller(kubeconfig=kubeconfig_path, policies=policies))

@@ -1,0 +1,163 @@
+"""The fault layer: an HTTP proxy in front of the API server that lockd and the controller reach it through
+(their kubeconfig names the proxy), injecting the faults of a `FaultPlan`.
+
+HTTP, not TCP: the faults that matter to a Kubernetes client are answers (500, 503, 429 with Retry-After,
+a watch's 410 Expired event), which a TCP proxy such as Toxiproxy cannot make; resets, delays and streams
+cut mid-way are made here too. What the API server sends back is what the real one does:
+- errors are `Status` objects (kind Status, `reason` InternalError / ServiceUnavailable / TooManyRequests,
+  `details.retryAfterSeconds` with the `Retry-After` header for 429:
+  https://kubernetes.io/docs/concepts/cluster-administration/flow-control/);
+- a watch whose resourceVersion is too old is answered 200 with one ERROR event holding a 410 Expired
+  Status, as kube-apiserver's watch cache does (https://kubernetes.io/docs/reference/using-api/api-concepts/
+  #410-gone-responses), and the client must list again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import aiohttp
+from aiohttp import web
+
+from sim.chaos.faults import Fault, FaultPlan
+
+__all__ = ["FaultProxy", "fault_proxy"]
+
+logger = logging.getLogger(__name__)
+
+_REASONS = {500: "InternalError", 503: "ServiceUnavailable", 429: "TooManyRequests"}
+_HOP_BY_HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive"})
+
+
+def _status(code: int, message: str, *, retry_after: float = 0.0) -> dict[str, object]:
+    status: dict[str, object] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": _REASONS.get(code, "Expired" if code == 410 else "InternalError"),
+        "code": code,
+    }
+    if retry_after:
+        status["details"] = {"retryAfterSeconds": int(retry_after)}
+    return status
+
+
+@dataclass
+class FaultProxy:
+    upstream: str
+    plan: FaultPlan
+    started: float = field(default_factory=time.monotonic)
+    url: str = ""
+    passed: int = 0
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        watch = request.query.get("watch") in ("true", "1")
+        version = request.query.get("resourceVersion", "")
+        fault = self.plan.decide(
+            method=request.method, watch=watch, resumed=watch and version not in ("", "0"), now=self.now()
+        )
+        if fault is not None and (fault.kind == "outage" or (fault.kind == "reset" and not fault.after)):
+            return _reset(request)
+        if fault is not None and fault.kind in ("error", "throttle"):
+            headers = {"Retry-After": f"{fault.seconds:g}"} if fault.kind == "throttle" else {}
+            body = _status(fault.status, f"chaos: injected {fault.status}", retry_after=fault.seconds)
+            return web.json_response(body, status=fault.status, headers=headers)
+        if fault is not None and fault.kind == "gone":
+            response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            message = f"too old resource version: {version} (chaos)"
+            event = {"type": "ERROR", "object": _status(410, message)}
+            await response.write(json.dumps(event).encode() + b"\n")
+            await response.write_eof()
+            return response
+        if fault is not None and fault.kind == "slow":
+            await asyncio.sleep(fault.seconds)
+        return await self._forward(request, fault=fault, watch=watch)
+
+    async def _forward(self, request: web.Request, *, fault: Fault | None, watch: bool) -> web.StreamResponse:
+        self.passed += 1
+        session = request.app[SESSION]
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        try:
+            upstream = await session.request(
+                request.method,
+                self.upstream + request.path_qs,
+                headers=headers,
+                data=await request.read() if request.can_read_body else None,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+                allow_redirects=False,
+            )
+        except aiohttp.ClientError:
+            return _reset(request)
+        async with upstream:
+            if fault is not None and fault.kind == "reset":
+                await upstream.read()  # the API server did it; the client never hears
+                return _reset(request)
+            response = web.StreamResponse(status=upstream.status)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-encoding":
+                    response.headers.add(name, value)
+            cut_after = fault.events if fault is not None and fault.kind == "cut" else None
+            # The client may hang up at any time (a watch it stops, a process killed).
+            with contextlib.suppress(ConnectionResetError):
+                await response.prepare(request)
+                if watch:
+                    lines = 0
+                    while line := await upstream.content.readline():
+                        await response.write(line)
+                        lines += 1
+                        if cut_after is not None and lines >= cut_after:
+                            break  # the stream ends mid-watch: the client resumes from what it saw
+                else:
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
+                await response.write_eof()
+        return response
+
+
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+
+def _reset(request: web.Request) -> NoReturn:
+    """Drop the connection without an answer (aiohttp writes nothing on a closed transport)."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    raise asyncio.CancelledError  # nothing to send; aiohttp treats the handler as cancelled, quietly
+
+
+@contextlib.asynccontextmanager
+async def fault_proxy(
+    *, upstream: str, plan: FaultPlan, host: str = "127.0.0.1"
+) -> AsyncIterator[FaultProxy]:
+    """The proxy on a free port of `host` for the duration of the block."""
+    proxy = FaultProxy(upstream=upstream.rstrip("/"), plan=plan)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        app[SESSION] = session
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, host, 0)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.base_events.Server)
+        port = server.sockets[0].getsockname()[1]
+        proxy.url = f"http://{host}:{port}"
+        proxy.started = time.monotonic()
+        try:
+            yield proxy
+        finally:
+            await runner.cleanup()

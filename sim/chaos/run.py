@@ -1,0 +1,386 @@
+"""One chaos run: a randomized herd (`sim.chaos.herd`) on a simulated cluster on the API emulator, with lockd
+and the controller (two replicas, leader election) reaching the API server through the fault proxy
+(`sim.chaos.proxy`), lockd and the controller leader killed and restarted, and then the checks:
+
+- safety: per group, never more pods started than its pacer allows for the Ready count (the group watch of
+  `sim.cluster.groupwatch`, which counts pods whose grant is recorded); per node, never more containers
+  starting at once than the node policy's maxConcurrent, unless an init client failed open on that node
+  (each fail-open is counted on its own, with its cause: the documented fail-open rules);
+- liveness: every pod Ready (or its Job complete) before the deadline; the slowest pod's wait from
+  creation to Ready against its bound (the init client's max-wait plus the faults' time to notice);
+- no loss: every pod created is Ready, finished or replaced; no held pod evicted more than once; no Job
+  counts a release as a failure (status.failed 0); no lockd slot left held once every pod is Ready.
+
+The workloads' pods are watched directly (not through the proxy): the checks see the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sim.chaos.faults import FaultPlan, FaultSettings
+from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
+from sim.chaos.proxy import fault_proxy
+from sim.cluster.backend import ApiBackend
+from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.scenario import pod_template, workload_manifest
+from sim.cluster.simcluster import ClusterSettings, SimCluster
+from sim.cluster.workloads.statefulset import STATEFULSETS
+from stagger.informer import Informer, InformerSettings
+from stagger.kube import JOBS, PODS, WatchEventType
+from stagger.names import Names
+from stagger.objects import condition
+from stagger.podstate import is_pod_finished, is_pod_ready
+from stagger.policy import parse_policy_text
+from stagger.selectors import LabelSelector
+from stagger.timestamps import parse_rfc3339
+
+__all__ = ["ChaosResult", "ChaosSettings", "run_chaos"]
+
+logger = logging.getLogger(__name__)
+
+NAMES = Names()
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    seed: int
+    minutes: float = 2.0
+    """How long faults are injected (wall); the workloads arrive during its first half."""
+    faults: FaultSettings = field(default_factory=FaultSettings)
+    kills: int = 2
+    """Process kills (each restarted after a moment): lockd on a node, the controller leader, or both."""
+    settle_seconds: float = 120.0
+    """After the faults end, how long (wall) every pod has to become Ready."""
+    notice_seconds: float = 60.0
+    """Added to a pod's bound: the time to notice a fault (an informer's back-off, a lease expiring)."""
+    max_wait_seconds: float = 600.0
+    """The init client's max-wait (`STAGGER_MAX_WAIT`, 10m): a pod never waits longer for lockd."""
+    work_dir: Path | None = None
+
+
+@dataclass
+class PodLife:
+    """One pod as the checks saw it (wall seconds since the run began)."""
+
+    key: str
+    kind: str
+    created: float
+    node: str = ""
+    ready_at: float | None = None
+    finished: bool = False
+    deleted: bool = False
+    held: bool = False
+    disrupted: int = 0
+
+
+@dataclass
+class ChaosResult:
+    seed: int
+    herd: str
+    faults: dict[str, int]
+    kills: list[str]
+    pods: int
+    started: int
+    group_violations: dict[str, int]
+    node_violations: dict[str, str]
+    fail_opens: dict[str, int]
+    slowest: tuple[str, float] | None
+    bound_seconds: float
+    not_ready: list[str]
+    problems: list[str]
+    seconds: float
+    crashes: int = 0
+    """Tracebacks in lockd's and the controller's logs: a crash, or an error nobody handled."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def replay(self) -> str:
+        return f"python -m sim chaos --seed {self.seed}"
+
+    def summary(self) -> str:
+        slowest = "none" if self.slowest is None else f"{self.slowest[0]} {self.slowest[1]:.1f}s"
+        lines = [
+            f"chaos {self.herd}",
+            f"  faults injected: {dict(sorted(self.faults.items())) or 'none'}; kills: {self.kills or 'none'}",
+            f"  pods: {self.pods} created, {self.started} started; fail-opens: {self.fail_opens or 'none'}",
+            f"  group limit violations: {self.group_violations or 'none'}; node: {self.node_violations or 'none'}",
+            f"  slowest pod: {slowest} (bound {self.bound_seconds:.0f}s); took {self.seconds:.0f}s",
+        ]
+        if self.problems:
+            lines.append("  FAILED: " + "; ".join(self.problems))
+            lines.append(f"  replay: {self.replay()}")
+        else:
+            lines.append("  ok")
+        return "\n".join(lines)
+
+
+class PodLedger:
+    """Every pod of the run's namespace, watched directly: when it appeared, was Ready, finished, went."""
+
+    def __init__(self, *, started: float) -> None:
+        self.started = started
+        self.pods: dict[str, PodLife] = {}
+
+    def __call__(self, kind: WatchEventType, pod: Any) -> None:
+        metadata = pod.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        now = time.monotonic() - self.started
+        labels = metadata.get("labels") or {}
+        life = self.pods.get(uid)
+        if life is None:
+            life = self.pods[uid] = PodLife(
+                key=f"{metadata.get('namespace')}/{metadata.get('name')}",
+                kind=str(labels.get("chaos-kind", "")),
+                created=now,
+            )
+        life.node = str((pod.get("spec") or {}).get("nodeName") or life.node)
+        annotations = metadata.get("annotations") or {}
+        life.held = life.held or NAMES.hold_annotation in annotations
+        if condition(pod, "DisruptionTarget") is not None and life.disrupted == 0:
+            life.disrupted = 1
+        if is_pod_ready(pod) and life.ready_at is None:
+            life.ready_at = now
+        life.finished = life.finished or is_pod_finished(pod)
+        if kind == "DELETED" or metadata.get("deletionTimestamp"):
+            life.deleted = True
+
+
+async def _create(sim: SimCluster, herd: ChaosHerd, workload: ChaosWorkload) -> None:
+    scenario = herd.scenario()
+    (w,) = [x for x in scenario.workloads if x.name == workload.name]
+    stagger = replace(sim.settings.stagger, host_port=sim.host_port or sim.settings.stagger.host_port)
+    manifest = workload_manifest(w, stagger=stagger)
+    manifest["spec"]["template"]["metadata"]["labels"]["chaos-kind"] = workload.kind
+    await sim.ensure_namespace(herd.namespace)
+    if workload.kind == "StatefulSet":
+        spec = manifest["spec"]
+        statefulset = {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": manifest["metadata"],
+            "spec": {
+                "replicas": spec["replicas"],
+                "serviceName": workload.name,
+                "podManagementPolicy": "Parallel",
+                "selector": spec["selector"],
+                "template": spec["template"],
+            },
+        }
+        await sim.client.create(STATEFULSETS, statefulset, namespace=herd.namespace)
+    elif workload.kind == "Pod":
+        template = pod_template(w, stagger=stagger)
+        template["metadata"]["labels"]["chaos-kind"] = "Pod"
+        for i in range(workload.replicas):
+            pod = {"apiVersion": "v1", "kind": "Pod", **template}
+            pod["metadata"] = {
+                **template["metadata"],
+                "name": f"{workload.name}-{i}",
+                "namespace": herd.namespace,
+            }
+            await sim.client.create(PODS, pod, namespace=herd.namespace)
+    else:
+        await sim.apply(manifest)
+
+
+async def _kills(
+    sim: SimCluster, *, rng: random.Random, count: int, span: float, start: float, done: list[str]
+) -> None:
+    """Kill and restart processes at random moments of the fault span (wall seconds since `start`)."""
+    moments = sorted(rng.uniform(span * 0.1, span * 0.8) for _ in range(count))
+    async with aiohttp.ClientSession() as session:
+        for moment in moments:
+            await asyncio.sleep(max(0.0, moment - (time.monotonic() - start)))
+            what = rng.choice(("lockd", "leader", "both"))
+            node = rng.choice(sorted(sim.lockds))
+            controller = sim.controller
+            leader = controller.leader if controller is not None else None
+            if what in ("lockd", "both"):
+                await sim.lockds[node].kill()
+                done.append(f"lockd on {node} at {moment:.0f}s")
+            if what in ("leader", "both") and controller is not None and leader is not None:
+                controller.kill(leader)
+                done.append(f"controller leader {leader} at {moment:.0f}s")
+            await asyncio.sleep(rng.uniform(1.0, 4.0))
+            if what in ("lockd", "both"):
+                await sim.lockds[node].start()
+                await sim.lockds[node].wait_ready(session=session, deadline=30.0)
+            if what in ("leader", "both") and controller is not None and leader is not None:
+                await controller.restart(leader)
+
+
+async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend) -> ChaosResult:
+    """Run `herd` under the faults of `settings` on `api` (the emulator), and check it."""
+    began = time.monotonic()
+    span = settings.minutes * 60.0
+    plan = FaultPlan(settings=settings.faults, seed=settings.seed, span_seconds=span)
+    scenario = herd.scenario()
+    policies = parse_policy_text(scenario.stagger.policies)
+    rng = random.Random(settings.seed ^ 0x5EED)
+    kills: list[str] = []
+    problems: list[str] = []
+    async with fault_proxy(upstream=api.url, plan=plan) as proxy:
+        cluster = ClusterSettings.from_scenario(
+            replace(scenario, stagger=replace(scenario.stagger, controller_replicas=2)),
+            stagger_api_url=proxy.url,
+            work_dir=settings.work_dir,
+            controller_lease=(6.0, 4.0, 1.0),
+        )
+        async with SimCluster(api=api, settings=cluster) as sim:
+            ledger = PodLedger(started=began)
+            informer = Informer(
+                client=sim.client, resource=PODS, settings=InformerSettings(), namespace=herd.namespace
+            )
+            informer.add_handler(ledger)
+            watching = asyncio.create_task(informer.run(), name="chaos-pods")
+            target = Target(
+                deployments={(herd.namespace, w.name): w.replicas for w in herd.workloads if w.kind != "Job"},
+                jobs=frozenset((herd.namespace, w.name) for w in herd.workloads if w.kind == "Job"),
+            )
+            async with contextlib.AsyncExitStack() as stack:
+                group_watches = {
+                    policy.name: await stack.enter_async_context(
+                        GroupWatch(
+                            client=sim.client,
+                            clock=sim.clock,
+                            pacer=policy.pacer,
+                            selector=LabelSelector.from_labels({GROUP_LABEL: policy.name}),
+                        )
+                    )
+                    for policy in policies.staggering_policies
+                }
+                progress = await stack.enter_async_context(
+                    ProgressWatch(client=sim.client, clock=sim.clock, target=target)
+                )
+                arrivals = sorted((rng.uniform(0, span / 2), w) for w in herd.workloads)
+                killing = asyncio.create_task(
+                    _kills(sim, rng=rng, count=settings.kills, span=span, start=began, done=kills),
+                    name="chaos-kills",
+                )
+                for at, workload in arrivals:
+                    await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+                    await _create(sim, herd, workload)
+                remaining = span + settings.settle_seconds - (time.monotonic() - began)
+                done = await progress.wait_done(deadline_seconds=max(0.0, remaining) * sim.clock.time_scale)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await killing
+                group_violations = {
+                    name: len(watch.violations) for name, watch in group_watches.items() if watch.violations
+                }
+                _check_releases(group_watches, problems)
+            jobs = await sim.client.list(JOBS, namespace=herd.namespace)
+            slots = await _lockd_slots(sim)
+            fail_opens: Counter[str] = Counter()
+            node_violations: dict[str, str] = {}
+            for name, kubelet in sim.kubelets.items():
+                for fail_open in kubelet.fail_opens:
+                    fail_opens[_cause(fail_open.why)] += 1
+                peak = kubelet.peak_starting
+                if peak > herd.node_limit:
+                    opened = len(kubelet.fail_opens)
+                    verdict = f"{peak} starting at once (limit {herd.node_limit})"
+                    node_violations[name] = (
+                        f"{verdict}, with {opened} fail-opens on the node" if opened else verdict
+                    )
+                    if not opened:
+                        problems.append(f"node {name}: {verdict}, no fail-open to explain it")
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            crashes = _tracebacks(sim.work_dir)
+    lives = list(ledger.pods.values())
+    not_ready = [p.key for p in lives if not p.deleted and p.ready_at is None and not p.finished]
+    if not done:
+        problems.append(f"not every pod Ready by the deadline: {not_ready[:10]}")
+    for job in jobs.get("items", []):
+        failed = int((job.get("status") or {}).get("failed") or 0)
+        if failed:
+            problems.append(f"Job {job['metadata']['name']} counted {failed} failed pods")
+    if group_violations:
+        problems.append(f"group limits exceeded: {group_violations}")
+    if crashes:
+        problems.append(f"{sum(crashes.values())} tracebacks in the logs: {sorted(crashes)}")
+    if slots:
+        problems.append(f"lockd slots left after every pod was Ready: {slots}")
+    waits = [(p.key, p.ready_at - p.created) for p in lives if p.ready_at is not None]
+    slowest = max(waits, key=lambda item: item[1], default=None)
+    bound = settings.max_wait_seconds + settings.notice_seconds + settings.faults.outage_seconds
+    if slowest is not None and slowest[1] > bound:
+        problems.append(f"{slowest[0]} waited {slowest[1]:.0f}s, over its bound of {bound:.0f}s")
+    return ChaosResult(
+        seed=settings.seed,
+        herd=herd.describe(),
+        faults=dict(plan.counts),
+        kills=kills,
+        pods=len(lives),
+        started=sum(1 for p in lives if p.ready_at is not None or (p.finished and not p.disrupted)),
+        group_violations=group_violations,
+        node_violations=node_violations,
+        fail_opens=dict(fail_opens),
+        slowest=slowest,
+        bound_seconds=bound,
+        not_ready=not_ready,
+        problems=problems,
+        seconds=time.monotonic() - began,
+        crashes=sum(crashes.values()),
+    )
+
+
+def _check_releases(watches: dict[str, GroupWatch], problems: list[str]) -> None:
+    """Evict mode: only held pods are evicted, and a replacement (let through against its owner's
+    reservation, carrying the chain's first hold) is never held again: one eviction per release."""
+    for name, watch in watches.items():
+        for trace in watch.pods.values():
+            if trace.disrupted and trace.hold is None:
+                problems.append(f"{name}: {trace.namespace}/{trace.name} was evicted but never held")
+            since, created = parse_rfc3339(trace.held_since or ""), parse_rfc3339(trace.created or "")
+            if trace.hold is not None and since is not None and created is not None and since < created - 1:
+                # Its held-since is older than the pod: a chain's, carried from an evicted pod's reservation.
+                problems.append(f"{name}: {trace.namespace}/{trace.name}, a replacement, was held again")
+
+
+async def _lockd_slots(sim: SimCluster) -> list[str]:
+    """The slots every lockd still holds (each should have ended when its pod was Ready)."""
+    held: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        for name, lockd in sim.lockds.items():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(
+                    f"{lockd.spec.url}/status",
+                    headers={"Accept": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as response:
+                    status = await response.json(content_type=None)
+                for slot in status.get("slots") or []:
+                    held.append(f"{name}: {slot.get('name') or slot}")
+    return held
+
+
+def _tracebacks(work_dir: Path) -> Counter[str]:
+    """Tracebacks per log file of lockd and the controller replicas."""
+    found: Counter[str] = Counter()
+    for log in [*work_dir.glob("*.lockd.log"), *work_dir.glob("controller/*.log")]:
+        count = log.read_text(errors="replace").count("Traceback (most recent call last)")
+        if count:
+            found[log.name] = count
+    return found
+
+
+def _cause(line: str) -> str:
+    """The cause in an init client's fail-open line: `... for ns/name: <cause> (fail-open)`."""
+    text = line.split("(fail-open)")[0]
+    _, _, why = text.partition(": ")
+    why = why or text
+    return why.split(":")[0].strip()[:80] or "unknown"
