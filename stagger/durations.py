@@ -43,11 +43,17 @@ def parse_duration(value: object, *, path: str) -> float:
         # bool is an int subclass; `maxWait: true` is a mistake, not one second.
         raise _fail(path, _NOT_A_DURATION, value)
     if isinstance(value, int | float):
-        if not math.isfinite(value):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            # An integer past the largest float (YAML reads `holdTimeout: 999...9` as an int): math.isfinite
+            # raised OverflowError on it, which is no DurationError, and a policy reload died of it.
+            raise _fail(path, "is too large", value) from None
+        if not math.isfinite(seconds):
             raise _fail(path, "must be a finite number of seconds", value)
-        if value < 0:
+        if seconds < 0:
             raise _fail(path, "must not be negative", value)
-        return float(value)
+        return seconds
     if not isinstance(value, str) or not _WHOLE.fullmatch(value):
         raise _fail(path, _NOT_A_DURATION, value)
     total = Decimal(0)

@@ -262,6 +262,12 @@ def _join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+# No count or priority in a policy needs more; past it an integer is a typo. lockd does float arithmetic
+# with some of them (a rate limit's `burst`: a burst past 1e308 raised OverflowError when lockd applied the
+# policy, at start-up or on a reload), and JSON readers of /status lose precision past 2**53.
+MAX_INTEGER = 2**53
+
+
 def _integer(*, minimum: int | None = None) -> Check:
     def check(value: object, path: str, errors: list[str]) -> Any:
         # bool is an int subclass in Python, but `burst: true` is a mistake, not 1.
@@ -269,17 +275,29 @@ def _integer(*, minimum: int | None = None) -> Check:
             return _error(errors, path, "must be an integer", value)
         if minimum is not None and value < minimum:
             return _error(errors, path, f"must be at least {minimum}", value)
+        if not -MAX_INTEGER <= value <= MAX_INTEGER:
+            return _error(errors, path, f"must be at most {MAX_INTEGER} in size", value)
         return value
 
     return check
+
+
+def _finite(value: object) -> bool:
+    """A number that is not NaN or infinite. An int past the largest float counts as infinite (math.isfinite
+    raised OverflowError on it, which escaped the validation)."""
+    try:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _number(*, above: float, at_most: float | None = None) -> Check:
     rule = f"must be greater than {above:g}" + (f" and at most {at_most:g}" if at_most is not None else "")
 
     def check(value: object, path: str, errors: list[str]) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if not _finite(value):
             return _error(errors, path, "must be a number", value)
+        assert isinstance(value, int | float)  # for mypy: _finite checked it
         if value <= above or (at_most is not None and value > at_most):
             return _error(errors, path, rule, value)
         return float(value)
@@ -557,6 +575,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """Safe YAML that rejects a key written twice in one mapping (plain YAML keeps the last silently) and
     aliases (`*name`): a policy file never needs them, and a few nested ones expand to gigabytes."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # PyYAML's constructors raise plain ValueError on some scalars (`2001-13-45` read as a timestamp, an
+        # int of more than 4300 digits, `!!int 0x`), which escaped as no PolicyError; here they become a
+        # YAML error at the scalar's line and column like any other.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as error:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {_got(node.value)}: {error}", node.start_mark
+            ) from error
+
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -617,6 +646,10 @@ def parse_policy_text(text: str, *, source: str = "<policy>", allow_empty: bool 
         )
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except RecursionError:
+        # PyYAML composes nested collections recursively: a file of "[[[[..." ran out of stack, and the
+        # RecursionError escaped as no PolicyError.
+        raise PolicyError([f"{source}: invalid YAML: nested too deeply"], source=source) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
