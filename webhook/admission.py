@@ -290,17 +290,23 @@ def _hold_container(settings: InjectSettings) -> dict[str, Any]:
     return container
 
 
+def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
+    # A field that is not a list (a malformed pod) holds no containers: iterating it raised TypeError, an
+    # internal error, for `containers: 5` (found by tests/fuzz/test_webhook_admission.py).
+    value = spec.get(field)
+    return [c for c in value if isinstance(c, Mapping)] if isinstance(value, list) else []
+
+
 def _stub_ops(spec: Mapping[str, Any], *, settings: InjectSettings) -> list[wire.PatchOperation]:
-    containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
-    inits = [c for c in spec.get("initContainers") or () if isinstance(c, Mapping)]
+    containers = _containers(spec, "containers")
+    inits = _containers(spec, "initContainers")
     stubs = [_hold_container(settings)] + [stub_container(c, settings=settings, init=True) for c in inits]
+    # Both "add", which replaces an existing member (RFC 6902 4.1): a "replace" of /spec/containers did not
+    # apply to a pod without that member, and a patch that does not apply fails the pod's creation whatever
+    # the failurePolicy (found by tests/fuzz/test_webhook_admission.py).
     return [
-        {
-            "op": "replace",
-            "path": "/spec/containers",
-            "value": [stub_container(c, settings=settings, init=False) for c in containers],
-        },
-        _add("/spec/initContainers", stubs),  # "add" replaces an existing member (RFC 6902 4.1)
+        _add("/spec/containers", [stub_container(c, settings=settings, init=False) for c in containers]),
+        _add("/spec/initContainers", stubs),
     ]
 
 
@@ -537,7 +543,12 @@ def _disruption_rules(rules: Sequence[object]) -> list[Mapping[str, Any]]:
     for rule in rules:
         if not isinstance(rule, Mapping):
             continue
-        for pattern in rule.get("onPodConditions") or ():
+        patterns = rule.get("onPodConditions")
+        if not isinstance(patterns, list):
+            # Not a list (a malformed Job): no pattern. Iterating `onPodConditions: 5` raised TypeError, an
+            # internal error (found by tests/fuzz/test_webhook_admission.py).
+            continue
+        for pattern in patterns:
             if (
                 isinstance(pattern, Mapping)
                 and pattern.get("type") == "DisruptionTarget"

@@ -1,0 +1,574 @@
+"""Fuzzing the controller's admission endpoints (`POST /mutate/pods`, `POST /mutate/jobs`) over real HTTPS:
+one controller process for the module (`python -m webhook` with trustme certificates, a token, and the API
+emulator as its API server, so that evict mode asks real group counts), reused by every example.
+
+What is sent: AdmissionReviews of pods and Jobs in lock, gate and evict policies (hold by nodeSelector and
+by stub) with any part of them replaced by a value of another type or removed (request, object, metadata,
+labels, spec, containers, podFailurePolicy...), wrong apiVersion or kind, no uid, truncated JSON, random
+bytes, bodies over `--max-body`, and any Content-Type.
+
+What must come back (docs/contracts.md and webhook/admission.py): a body that is not an AdmissionReview
+request gets a 4xx (400, or 413 over the body limit) with a JSON `{"error": reason}`; a review gets a 200
+AdmissionReview that echoes its uid and allows the object; a patch, when there is one, is a JSON Patch
+that applies cleanly (jsonpatch) to the object sent. The documented "admitted unchanged" warning of an
+internal error is only accepted for the one malformed pod the code refuses to patch on purpose (an enabled
+pod whose spec or metadata is not an object); never a 5xx, never any other internal error or traceback in
+the log, and a good review is mutated as before at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import requests
+from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
+from hypothesis import strategies as st
+
+from sim.emulator.server import ApiServerThread
+from stagger.matching import pod_labels
+from tests.webhook.process import BANNER, Certs, Webhook, start_webhook, tls_args
+from tests.webhook.reviews import ENABLE
+from webhook import admission
+from webhook.admission import INTERNAL_ERROR_WARNING
+
+pytestmark = pytest.mark.e2e
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+POLICIES = """\
+staggeringPolicies:
+- name: image-pull
+  labelSelector: {matchLabels: {staggerimages: "1"}}
+  groupingExpression: .spec.containers[0].image
+  pacer: {exponential: {minInitial: 4, multiplier: 4, maxStagger: 16}}
+- name: gated
+  labelSelector: {matchLabels: {app: batch}}
+  pacer: {maxConcurrent: {value: 2}}
+  mode: gate
+- name: evict-node
+  labelSelector: {matchLabels: {app: old}}
+  bypassLabelSelector: {matchLabels: {canary: "1"}}
+  pacer: {maxConcurrent: {value: 1}}
+  mode: evict
+- name: evict-stub
+  labelSelector: {matchLabels: {app: legacy}}
+  pacer: {maxConcurrent: {value: 1}}
+  mode: evict
+  hold: stub
+"""
+SETTINGS = settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+# --- the controller -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Hook:
+    """The running controller and an HTTPS session that trusts its certificate."""
+
+    process: Webhook = field(repr=False)  # its repr holds the whole log
+    http: requests.Session
+    sentinels: int = 0
+    seen: int = 0  # characters of the log already checked
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How Hypothesis shows the fixture in a failing example: not with the whole log."""
+        printer.text(f"Hook({self.process.url})")
+
+    def post(
+        self, path: str, body: bytes, *, content_type: str | None = "application/json"
+    ) -> requests.Response:
+        headers = {} if content_type is None else {"Content-Type": content_type}
+        return self.http.post(self.process.url + path, data=body, headers=headers, timeout=10)
+
+    def new_log(self) -> str:
+        """The log written since the last call: a sentinel request whose warning is awaited first, so every
+        line of the requests before it is in."""
+        self.sentinels += 1
+        mark = f"fuzz-sentinel-{self.sentinels}"
+        self.post("/mutate/pods", json.dumps({"apiVersion": mark}).encode())
+        self.process.wait_for_line(re.escape(mark), within=10)
+        log = self.process.log
+        start, self.seen = self.seen, len(log)
+        return log[start:]
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hook]:
+    folder = tmp_path_factory.mktemp("admission-fuzz")
+    certs = Certs.write(folder / "tls")
+    ca = folder / "ca.pem"
+    certs.ca.cert_pem.write_to_path(str(ca))
+    (folder / "policies.yaml").write_text(POLICIES)
+    (folder / "token").write_text("fuzz-token\n")
+    with ApiServerThread() as server:
+        server.write_kubeconfig(folder / "kubeconfig")
+        process = start_webhook(
+            *tls_args(certs),
+            "--policies",
+            str(folder / "policies.yaml"),
+            "--kubeconfig",
+            str(folder / "kubeconfig"),
+            "--token-file",
+            str(folder / "token"),
+            "--max-body",
+            str(MAX_BODY),
+            "--grant-drain",
+            "0.2s",
+        )
+        try:
+            match = process.wait_for_line(BANNER)
+            process.url = f"{match[1]}://127.0.0.1:{match[2]}"
+            # Evict mode is decided on the leader's counts: wait until it grants.
+            process.wait_for_line(r"granting: \d+ enabled pods")
+            with requests.Session() as http:
+                http.trust_env = False  # no proxy, and no REQUESTS_CA_BUNDLE overriding `verify`
+                http.verify = str(ca)
+                running = Hook(process=process, http=http)
+                # One pod of each evict-mode policy takes its group's one place (reserved for 60 s), so that
+                # the pods of these groups that follow are held: the hold's patch is fuzzed too.
+                for warm_up in (EVICT_NODE, EVICT_STUB):
+                    answer = running.post("/mutate/pods", json.dumps(warm_up).encode()).json()
+                    assert "patch" in answer["response"], answer
+                yield running
+        finally:
+            process.stop()
+
+
+# --- what is sent --------------------------------------------------------------------------------------
+
+
+def pod(labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-",
+            "namespace": "shop",
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web",
+                    "uid": "rs-1",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [{"name": "app", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}],
+            **spec,
+        },
+    }
+
+
+def job(labels: dict[str, str], *, restart: str = "Never", **spec: Any) -> dict[str, Any]:
+    template = pod(labels, restartPolicy=restart)
+    del template["metadata"]["ownerReferences"], template["apiVersion"], template["kind"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "batch", "namespace": "shop"},
+        "spec": {"template": template, **spec},
+    }
+
+
+def review_of(obj: Any, *, kind: str = "Pod") -> dict[str, Any]:
+    group, resource = ("batch", "jobs") if kind == "Job" else ("", "pods")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": UID,
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "namespace": "shop",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": obj,
+            "dryRun": False,
+        },
+    }
+
+
+EVICT_NODE = review_of(pod({ENABLE: "1", "app": "old"}, nodeSelector={"disk": "ssd"}))
+EVICT_STUB = review_of(
+    pod({ENABLE: "1", "app": "legacy"}, initContainers=[{"name": "setup", "image": "busybox"}])
+)
+POD_REVIEWS = (
+    review_of(pod({ENABLE: "1"})),
+    review_of(
+        pod({ENABLE: "1", "staggerimages": "1"}, initContainers=[{"name": "setup", "image": "busybox"}])
+    ),
+    review_of(pod({ENABLE: "1", "app": "batch"}, schedulingGates=[{"name": "other"}])),
+    EVICT_NODE,
+    review_of(pod({ENABLE: "1", "app": "old", "canary": "1"})),
+    EVICT_STUB,
+    review_of(pod({"app": "web"})),
+)
+JOB_REVIEWS = (
+    review_of(job({ENABLE: "1", "app": "old"}), kind="Job"),
+    review_of(
+        job(
+            {ENABLE: "1", "app": "legacy"},
+            podFailurePolicy={"rules": [{"action": "FailJob", "onExitCodes": {}}]},
+        ),
+        kind="Job",
+    ),
+    review_of(
+        job(
+            {ENABLE: "1", "app": "old"},
+            podFailurePolicy={
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+        ),
+        kind="Job",
+    ),
+    review_of(job({ENABLE: "1", "app": "old"}, restart="OnFailure"), kind="Job"),
+)
+
+
+def changed(
+    review: dict[str, Any], *path: str | int, value: Any = None, remove: bool = False
+) -> dict[str, Any]:
+    """A copy of `review` with the member at `path` (under request.object) set to `value`, or removed."""
+    copied = copy.deepcopy(review)
+    target = copied["request"]["object"]
+    for step in path[:-1]:
+        target = target[step]
+    if remove:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return copied
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+# A value of each JSON type first: what most often breaks code that expects another type at that place.
+# (Copied: the drawn review is changed in place, and a shared `{}` would grow across examples.)
+junk = (
+    st.sampled_from([None, True, 0, 5, -1, 1.5, "", "x", [], [5], ["x"], {}, {"x": 5}, [{}], [None]]).map(
+        copy.deepcopy
+    )
+    | json_values
+)
+# Field names the code reads (so that adding one, with a wrong value, reaches it).
+FIELDS = (
+    "metadata",
+    "labels",
+    "annotations",
+    "namespace",
+    "name",
+    "generateName",
+    "ownerReferences",
+    "controller",
+    "kind",
+    "uid",
+    "spec",
+    "containers",
+    "initContainers",
+    "schedulingGates",
+    "nodeSelector",
+    "restartPolicy",
+    "resources",
+    "ports",
+    "template",
+    "podFailurePolicy",
+    "rules",
+    "onPodConditions",
+    "action",
+    "type",
+    "status",
+    "podReplacementPolicy",
+    "operation",
+    "subResource",
+    "resource",
+    "group",
+    "dryRun",
+    "object",
+    "request",
+    "apiVersion",
+)
+
+
+def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every path into a JSON document (the root is ())."""
+    yield path
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _places(child, (*path, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _places(child, (*path, index))
+
+
+@st.composite
+def broken_reviews(draw: st.DrawFn, bases: tuple[dict[str, Any], ...]) -> Any:
+    """A good review with one to three places (mostly inside the object) replaced by a value of another type,
+    removed, or given a field the code reads with a wrong value."""
+    body: Any = copy.deepcopy(draw(st.sampled_from(bases)))
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        places = list(_places(body))
+        inside = [path for path in places if path[:2] == ("request", "object")]
+        path = draw(
+            st.sampled_from(inside or places) if draw(st.integers(0, 9)) < 8 else st.sampled_from(places)
+        )
+        target = body
+        for step in path[:-1]:
+            target = target[step]
+        action = draw(st.sampled_from(["replace", "remove", "add"]))
+        if action == "add":
+            node = target if not path else target[path[-1]]
+            if isinstance(node, dict):
+                node[draw(st.sampled_from(FIELDS))] = draw(junk)
+                continue
+            action = "replace"
+        if not path:
+            body = draw(junk)
+        elif action == "remove":
+            del target[path[-1]]
+        else:
+            target[path[-1]] = draw(junk)
+    return body
+
+
+CONTENT_TYPES = st.sampled_from(
+    [
+        "application/json",
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=xyz",
+        "application/json; charset=latin-1",
+        "application/yaml",
+    ]
+)
+
+# --- what must come back --------------------------------------------------------------------------------
+
+
+def is_review(body: Any) -> bool:
+    """An AdmissionReview request the controller must answer with 200 (docs/contracts.md): an object with
+    apiVersion admission.k8s.io/v1, kind AdmissionReview, a request object with a non-empty string uid and
+    an object."""
+    request = body.get("request") if isinstance(body, dict) else None
+    return (
+        isinstance(request, dict)
+        and body.get("apiVersion") == "admission.k8s.io/v1"
+        and body.get("kind") == "AdmissionReview"
+        and isinstance(request.get("uid"), str)
+        and bool(request["uid"])
+        and isinstance(request.get("object"), dict)
+    )
+
+
+def unpatchable_on_purpose(body: dict[str, Any]) -> bool:
+    """The malformed pod webhook.admission.mutation refuses on purpose (an internal error by design, admitted
+    unchanged with the warning): an enabled pod being created whose spec or metadata is not an object."""
+    request = body["request"]
+    obj = request["object"]
+    return (
+        request.get("operation", "CREATE") == "CREATE"
+        and pod_labels(obj).get(ENABLE) == "1"
+        and not (isinstance(obj.get("spec"), dict) and isinstance(obj.get("metadata"), dict))
+    )
+
+
+def check_answer(response: requests.Response, sent: Any) -> None:
+    assert response.status_code < 500, response.text
+    assert response.headers["Content-Type"].startswith("application/json")
+    answer = response.json()
+    if not is_review(sent):
+        if currently_in_test_context():
+            event(f"refused {response.status_code}")
+        assert response.status_code in (400, 413), answer
+        assert set(answer) == {"error"} and isinstance(answer["error"], str) and answer["error"], answer
+        return
+    assert response.status_code == 200, answer
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    out = answer["response"]
+    assert out["uid"] == sent["request"]["uid"] and out["allowed"] is True
+    if currently_in_test_context():  # shown by --hypothesis-show-statistics
+        event("patched" if "patch" in out else "warned" if out.get("warnings") else "allowed")
+    if INTERNAL_ERROR_WARNING in out.get("warnings", ()):
+        assert unpatchable_on_purpose(sent), f"an internal error admitting {sent!r}"
+    if "patch" in out:
+        assert out["patchType"] == "JSONPatch"
+        operations = json.loads(base64.b64decode(out["patch"], validate=True))
+        # Raises (and fails the example) for a patch that does not apply to the object sent.
+        jsonpatch.apply_patch(copy.deepcopy(sent["request"]["object"]), operations)
+    else:
+        assert "patchType" not in out
+
+
+def _allowed_errors() -> re.Pattern[str]:
+    """The log of the documented malformed pod (see `unpatchable_on_purpose`): the ValueErrors that
+    webhook.admission.mutation raises on purpose, first with their traceback, later as one line naming the
+    source line."""
+    source = Path(admission.__file__)
+    lines = [
+        number
+        for number, line in enumerate(source.read_text().splitlines(), start=1)
+        if re.search(r'raise ValueError\("the pod has no (spec|metadata)"\)', line)
+    ]
+    assert len(lines) == 2, "webhook.admission.mutation no longer refuses a pod without spec or metadata"
+    where = "|".join(f"{re.escape(str(source))}:{number}" for number in lines)
+    return re.compile(
+        rf"ValueError: the pod has no (spec|metadata)\n*\Z|\(ValueError at ({where}), \d+ times\)"
+    )
+
+
+ALLOWED_ERRORS = _allowed_errors()
+
+
+def check_log(hook: Hook) -> None:
+    """No traceback, ERROR or CRITICAL record but those of the documented malformed pod."""
+    for record in re.split(r"(?m)^(?=\d{4}-\d\d-\d\d \d\d:)", hook.new_log()):
+        if "Traceback" in record or " ERROR " in record or " CRITICAL " in record:
+            assert ALLOWED_ERRORS.search(record.strip() + "\n"), record
+
+
+def send(hook: Hook, path: str, sent: Any, body: bytes, content_type: str | None) -> None:
+    check_answer(hook.post(path, body, content_type=content_type), sent)
+    check_log(hook)
+
+
+# --- the tests -----------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(sent=broken_reviews(POD_REVIEWS), content_type=CONTENT_TYPES)
+@example(sent=POD_REVIEWS[0], content_type="application/json")
+# Regressions: a held stub pod without containers got a "replace" that does not apply; with `containers: 5`
+# an internal error.
+@example(sent=changed(EVICT_STUB, "spec", "containers", remove=True), content_type="application/json")
+@example(sent=changed(EVICT_STUB, "spec", "containers", value=5), content_type="application/json")
+def test_any_broken_pod_review_is_answered_by_the_contract(
+    hook: Hook, sent: Any, content_type: str | None
+) -> None:
+    send(hook, "/mutate/pods", sent, json.dumps(sent).encode(), content_type)
+
+
+@settings(SETTINGS, max_examples=250)
+@given(sent=broken_reviews(JOB_REVIEWS), content_type=CONTENT_TYPES)
+@example(sent=JOB_REVIEWS[0], content_type="application/json")
+# Regression: `onPodConditions: 5` in a rule was an internal error.
+@example(
+    sent=changed(JOB_REVIEWS[2], "spec", "podFailurePolicy", "rules", 0, "onPodConditions", value=5),
+    content_type="application/json",
+)
+def test_any_broken_job_review_is_answered_by_the_contract(
+    hook: Hook, sent: Any, content_type: str | None
+) -> None:
+    send(hook, "/mutate/jobs", sent, json.dumps(sent).encode(), content_type)
+
+
+@settings(SETTINGS, max_examples=60)
+@given(
+    path=st.sampled_from(["/mutate/pods", "/mutate/jobs"]),
+    raw=st.binary(max_size=200)
+    | st.builds(
+        lambda review, cut: json.dumps(review).encode()[:cut],
+        st.sampled_from(POD_REVIEWS + JOB_REVIEWS),
+        st.integers(min_value=0, max_value=400),
+    ),
+    content_type=CONTENT_TYPES,
+)
+def test_truncated_json_and_random_bytes_get_400_with_a_reason(
+    hook: Hook, path: str, raw: bytes, content_type: str | None
+) -> None:
+    try:
+        sent: Any = json.loads(raw)
+    except ValueError:
+        sent = None  # not JSON: 400
+    send(hook, path, sent, raw, content_type)
+
+
+@settings(SETTINGS, max_examples=8)
+@given(path=st.sampled_from(["/mutate/pods", "/mutate/jobs"]), size=st.integers(MAX_BODY + 1, 2 * MAX_BODY))
+def test_bodies_over_the_limit_get_413(hook: Hook, path: str, size: int) -> None:
+    big = copy.deepcopy(POD_REVIEWS[0])
+    big["request"]["object"]["metadata"]["annotations"] = {"filler": "x" * size}
+    response = hook.post(path, json.dumps(big).encode())
+    assert response.status_code == 413
+    assert response.json() == {"error": f"request body too large: at most {MAX_BODY} bytes"}
+    check_log(hook)
+
+
+def _review_with(**fields: Any) -> dict[str, Any]:
+    """POD_REVIEWS[0] with top-level fields (or, as `request_<name>`, request fields) set or, to None, removed."""
+    body = copy.deepcopy(POD_REVIEWS[0])
+    for name, value in fields.items():
+        target, key = (
+            (body["request"], name.removeprefix("request_")) if name.startswith("request_") else (body, name)
+        )
+        if value is None:
+            del target[key]
+        else:
+            target[key] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("sent", "reason"),
+    [
+        pytest.param(_review_with(apiVersion="admission.k8s.io/v1beta1"), "apiVersion must be", id="v1beta1"),
+        pytest.param(_review_with(apiVersion=None), "apiVersion must be", id="no-apiVersion"),
+        pytest.param(_review_with(kind="Pod"), "kind must be AdmissionReview", id="kind-pod"),
+        pytest.param(_review_with(request=None), "request must be an object", id="no-request"),
+        pytest.param(_review_with(request=[]), "request must be an object", id="request-list"),
+        pytest.param(_review_with(request_uid=None), "request.uid must be", id="no-uid"),
+        pytest.param(_review_with(request_uid=""), "request.uid must be", id="empty-uid"),
+        pytest.param(_review_with(request_uid=7), "request.uid must be", id="uid-number"),
+        pytest.param(_review_with(request_object=None), "request.object must be", id="no-object"),
+        pytest.param(_review_with(request_object=["Pod"]), "request.object must be", id="object-list"),
+        pytest.param([], "must be a JSON object", id="array"),
+        pytest.param("AdmissionReview", "must be a JSON object", id="string"),
+    ],
+)
+@pytest.mark.parametrize(
+    "path", [pytest.param("/mutate/pods", id="pods"), pytest.param("/mutate/jobs", id="jobs")]
+)
+def test_what_is_not_a_review_gets_400_with_the_reason(hook: Hook, path: str, sent: Any, reason: str) -> None:
+    response = hook.post(path, json.dumps(sent).encode())
+    check_answer(response, sent)
+    assert response.status_code == 400 and reason in response.json()["error"]
+    check_log(hook)
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        pytest.param("/mutate/pods", POD_REVIEWS[0], id="pod"),
+        pytest.param("/mutate/jobs", JOB_REVIEWS[0], id="job"),
+    ],
+)
+def test_a_good_review_is_still_mutated_after_the_fuzzing(
+    hook: Hook, path: str, sent: dict[str, Any]
+) -> None:
+    response = hook.post(path, json.dumps(sent).encode())
+    assert response.status_code == 200
+    assert "patch" in response.json()["response"]
+    check_answer(response, sent)
+    check_log(hook)
+    assert hook.process.proc.poll() is None
