@@ -80,4 +80,11 @@ class TokenFile:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer":
             return False
-        return hmac.compare_digest(given.strip().encode(), self.token)
+        try:
+            # aiohttp decodes header bytes that are not UTF-8 as surrogate escapes, which a plain encode()
+            # refuses: such a header was a 500 with a traceback (tests/fuzz/test_webhook_grants.py). Back to
+            # the bytes sent; anything else that cannot be encoded is not the token either.
+            sent = given.strip().encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return False
+        return hmac.compare_digest(sent, self.token)
