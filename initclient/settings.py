@@ -16,10 +16,14 @@ from urllib.parse import urlsplit
 
 from stagger.durations import DurationError, format_duration, parse_duration
 
-__all__ = ["MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
+__all__ = ["MAX_DURATION", "MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
 
 # lockd refuses a longer long poll (GET /v1/lock accepts wait=0..60).
 MAX_POLL_WAIT = 60.0
+# No wait, backoff or timeout is longer. A larger STAGGER_MAX_WAIT (say 99999999999999999999h) overflowed the
+# backstop timer (setitimer: OverflowError), and the init client died with a traceback instead of failing
+# open: the pod's start-up failed, again and again.
+MAX_DURATION = 365 * 24 * 3600.0
 
 _PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?|\.\d+")
 # Kubernetes expands $(VAR) in env values and args from the variables defined before it, and leaves it
@@ -129,6 +133,16 @@ def _unexpanded(value: str) -> str | None:
     )
 
 
+def _is_text(value: str) -> bool:
+    """Python hands environment bytes that are not UTF-8 over as lone surrogates; such a POD_NAME made
+    requests raise UnicodeEncodeError while building the URL, a traceback instead of failing open."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bad_host(host: str) -> bool:
     """Not an IP address and not a DNS name (`urlsplit` gives hosts lower-cased, IPv6 without brackets)."""
     try:
@@ -177,7 +191,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         if option.dest not in raw:
             errors.append(f"{option.env} (or {option.flag}) is required")
     for dest, (value, where) in list(raw.items()):
-        if problem := _unexpanded(value):
+        if not _is_text(value):
+            errors.append(f"{where}: not valid UTF-8 (got {value!r})")
+            del raw[dest]
+        elif problem := _unexpanded(value):
             errors.append(f"{where}: {problem}")
             del raw[dest]  # one line about it; its other checks would only repeat it
 
@@ -206,6 +223,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         if seconds < low or (high is not None and seconds > high):
             span = f"between {format_duration(low)} and {format_duration(high)}" if high else "positive"
             errors.append(f"{where}: must be {span} (got {raw[dest][0]!r})")
+
+    for dest, seconds in durations.items():
+        if seconds > MAX_DURATION and limits.get(dest, (0.0, None))[1] is None:  # poll_wait has its own
+            where = raw[dest][1]
+            errors.append(f"{where}: must be at most {format_duration(MAX_DURATION)} (got {raw[dest][0]!r})")
 
     if errors:
         raise ConfigError("; ".join(errors))
