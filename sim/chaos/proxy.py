@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 import aiohttp
 from aiohttp import web
@@ -130,12 +129,13 @@ class FaultProxy:
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
-def _reset(request: web.Request) -> NoReturn:
-    """Drop the connection without an answer (aiohttp writes nothing on a closed transport)."""
+def _reset(request: web.Request) -> web.Response:
+    """Drop the connection without an answer. The response returned is never sent: aiohttp finds the
+    transport closed and lets it go quietly (web_protocol's finish_response ignores ConnectionError)."""
     transport = request.transport
     if transport is not None:
         transport.abort()
-    raise asyncio.CancelledError  # nothing to send; aiohttp treats the handler as cancelled, quietly
+    return web.Response(status=500)
 
 
 @contextlib.asynccontextmanager
