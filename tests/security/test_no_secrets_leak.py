@@ -3,14 +3,15 @@ controller as 2 replicas electing a leader, lock-mode group pacing through the g
 log level debug, then the error paths where secrets tend to leak: the grant API asked without a token, with
 a wrong one, with the right one under the wrong scheme or with a bad body, and on a replica that does not
 lead; lockd asked to release a slot with a wrong release token, with the right token for the wrong pod,
-twice, and asked for pods that do not exist.
+twice, and asked for pods that do not exist; and malformed header lines that carry a token, to both.
 
 Then every output is searched for every secret: the controller's grant-API bearer token, the release token
 lockd handed to a pod (through a real init client's `--release-token-file`), the bearer token of the
-kubeconfig lockd and the controller use, the serving certificate's private key and its CA's key. The
-outputs: every lockd and controller log, the init client's output, this process's log (the API emulator,
-the simulated kubelets), lockd's and every replica's `/status` (JSON and text) and `/metrics`, and every
-object left in the API (Events, pods with their labels and annotations, Leases, ConfigMaps, Nodes).
+kubeconfig lockd and the controller use (its client key on a real control plane), the serving
+certificate's private key and its CA's key. The outputs: every lockd and controller log, the init client's
+output, this process's log (the API emulator, the simulated kubelets), lockd's and every replica's
+`/status` (JSON and text) and `/metrics`, and every object left in the API (Events, pods with their labels
+and annotations, Leases, ConfigMaps, Nodes).
 
 A secret counts as leaked if it appears whole, base64-encoded, or as its first or last 16 characters (a
 truncated token in a log still gives most of it away)."""
@@ -136,17 +137,23 @@ def _scenario(namespace: str) -> Scenario:
     )
 
 
-def _api_with_token(backend: Backend, tmp_path: Path) -> tuple[ApiBackend, str | None]:
-    """The API as lockd and the controller reach it, and the bearer token they send. The emulator takes
+def _api_with_credentials(backend: Backend, tmp_path: Path) -> tuple[ApiBackend, list[Secret]]:
+    """The API as lockd and the controller reach it, and the credentials they send. The emulator takes
     any token, so a random one is written into their kubeconfig (sim's own is the word `lockd`, which
-    every lockd log line contains); a real control plane's kubeconfig is used as it is."""
+    every lockd log line contains); a real control plane's kubeconfig is used as it is (its bearer token,
+    or its client key)."""
     if backend.real:
         assert backend.api.kubeconfig is not None
-        return backend.api, kubeconfig_config(backend.api.kubeconfig).token
+        config = kubeconfig_config(backend.api.kubeconfig)
+        found = [Secret("the kubeconfig's bearer token", config.token)] if config.token else []
+        if config.client_key is not None:
+            found += key_secrets("the kubeconfig's client key", config.client_key.read_bytes())
+        return backend.api, found
     token = secrets.token_urlsafe(32)
     path = tmp_path / "api.kubeconfig"
     write_kubeconfig(path, backend.api.url, token=token)
-    return ApiBackend(url=backend.api.url, kind=backend.api.kind, kubeconfig=path), token
+    api = ApiBackend(url=backend.api.url, kind=backend.api.kind, kubeconfig=path)
+    return api, [Secret("the kubeconfig's bearer token", token)]
 
 
 async def _wait_ready(client: RestClient, namespace: str, *, within: float) -> None:
@@ -348,7 +355,7 @@ async def test_no_secret_in_any_log_endpoint_or_api_object(
     backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    api, api_token = _api_with_token(backend, tmp_path)
+    api, api_credentials = _api_with_credentials(backend, tmp_path)
     work_dir = tmp_path / "cluster"
     settings = ClusterSettings.from_scenario(
         _scenario(backend.namespace), lockd_log_level="debug", work_dir=work_dir
@@ -402,8 +409,7 @@ async def test_no_secret_in_any_log_endpoint_or_api_object(
         Secret("a release token", release_token),
         *key_secrets("the serving key", serving_key),
         *key_secrets("the CA's key", ca_key),
+        *api_credentials,
     ]
-    if api_token:
-        found.append(Secret("the kubeconfig's bearer token", api_token))
     leaked = leaks(found, outputs)
     assert not leaked, leaked
