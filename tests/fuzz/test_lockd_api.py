@@ -187,7 +187,13 @@ class LogWatch:
 async def start(start_lockd, caplog: pytest.LogCaptureFixture):
     """lockd with one slot, held by HOLDER, and WAITER in the queue; returns it, its port and the token."""
     caplog.set_level(logging.WARNING)
-    lockd = await start_lockd(limit_policy(1), max_long_poll=MAX_LONG_POLL, max_body=MAX_BODY)
+    # Slots and waiters that outlast any test run: an expiry in the middle would look like a state change.
+    lockd = await start_lockd(
+        limit_policy(1, hold="1h"),
+        max_long_poll=MAX_LONG_POLL,
+        max_body=MAX_BODY,
+        waiter_idle_timeout=3600.0,
+    )
     namespace, name, uid = HOLDER
     assert (await lockd.lock(name, namespace=namespace, uid=uid)).status == 200
     namespace, name, uid = WAITER
