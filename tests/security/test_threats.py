@@ -3,6 +3,8 @@
 - a malformed request whose broken header line carries a token: the process's log line and its 400 name
   the parser's error only, never the bytes (`stagger.serving`, which lockd and the controller serve
   through);
+- a pod that writes a `<prefix>/granted-at` annotation of its own (what a restarted lockd rebuilds its slots
+  from), dated far in the future: the slot it gets after the restart still ends `holdTimeout` from then;
 - a team's pod that claims another team's group with a `<prefix>/group-key` annotation of its own: when a
   staggering policy matches the pod, admission replaces the claim with the pod's real groups; when none
   does, the claim stays and the controller counts it (a known gap, marked xfail: docs/SECURITY.md says
@@ -21,9 +23,13 @@ import jsonpatch
 import pytest
 from aiohttp import web
 
+from lockd.metrics import Metrics
+from lockd.pods import slots_to_rebuild
+from lockd.service import ActivePolicy, LockService
+from stagger import throttles
 from stagger.groupbook import record_from_pod
 from stagger.names import Names
-from stagger.policy import ExponentialPacer, StaggeringPolicy
+from stagger.policy import ExponentialPacer, MaxConcurrent, NodePolicy, StaggeringPolicy, ThrottleConfig
 from stagger.selectors import LabelSelector
 from stagger.serving import make_runner
 from webhook import admission
@@ -142,3 +148,38 @@ def test_a_pod_in_a_policy_gets_its_real_groups_not_the_ones_it_claims() -> None
 def test_a_pod_in_no_policy_cannot_claim_a_group() -> None:
     record = record_from_pod(_admitted(_claiming_pod({"team": "c"})), names=NAMES)
     assert record is None or ("team-a", "") not in record.pacer_groups
+
+
+def test_a_forged_granted_at_in_the_future_holds_a_rebuilt_slot_no_longer_than_hold_timeout() -> None:
+    hold_timeout = 120.0
+    node_policy = NodePolicy(
+        name="one",
+        throttle=ThrottleConfig(max_concurrent=MaxConcurrent(value=1)),
+        hold_timeout=hold_timeout,
+    )
+    now, wall = 1000.0, 1_800_000_000.0
+    service = LockService(
+        active=ActivePolicy(node_policy, "test", "test"),
+        cores=1,
+        metrics=Metrics(),
+        waiter_idle_timeout=30.0,
+        load=lambda: throttles.NO_LOAD,
+        clock=lambda: now,
+        wall=lambda: wall,
+    )
+    forged = {
+        "metadata": {
+            "namespace": "team-c",
+            "name": "squatter",
+            "uid": "uid-1",
+            # Ten years from now.
+            "annotations": {NAMES.granted_at_annotation: "2036-11-24T00:00:00Z"},
+        },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "x"}]},
+        "status": {"phase": "Pending"},
+    }
+    held = slots_to_rebuild([forged], names=NAMES)
+    assert [slot.name for slot in held] == ["squatter"]
+    service.restore(held)
+    slot = service.ledger.slots[("team-c", "squatter")]
+    assert slot.expires_at <= now + hold_timeout
