@@ -30,13 +30,13 @@ FaultKind = Literal["error", "throttle", "reset", "slow", "cut", "gone", "outage
 class FaultSettings:
     """Rates are per request (0 to 1); `cut` and `gone` apply to watches only."""
 
-    error: float = 0.02
-    throttle: float = 0.02
-    reset: float = 0.01
-    slow: float = 0.03
+    error: float = 0.05
+    throttle: float = 0.05
+    reset: float = 0.03
+    slow: float = 0.05
     slow_seconds: float = 2.0
-    cut: float = 0.1
-    gone: float = 0.2
+    cut: float = 0.2
+    gone: float = 0.3
     outages: int = 1
     outage_seconds: float = 60.0
     quiet_start_seconds: float = 3.0

@@ -90,27 +90,30 @@ class FaultProxy:
         session = request.app[SESSION]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         try:
+            body = await request.read() if request.can_read_body else None
             upstream = await session.request(
                 request.method,
                 self.upstream + request.path_qs,
                 headers=headers,
-                data=await request.read() if request.can_read_body else None,
+                data=body,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
                 allow_redirects=False,
             )
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, ConnectionError):  # the client left, or the API server did
             return _reset(request)
         async with upstream:
             if fault is not None and fault.kind == "reset":
-                await upstream.read()  # the API server did it; the client never hears
+                with contextlib.suppress(aiohttp.ClientError):
+                    await upstream.read()  # the API server did it; the client never hears
                 return _reset(request)
             response = web.StreamResponse(status=upstream.status)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP_BY_HOP and name.lower() != "content-encoding":
                     response.headers.add(name, value)
             cut_after = fault.events if fault is not None and fault.kind == "cut" else None
-            # The client may hang up at any time (a watch it stops, a process killed).
-            with contextlib.suppress(ConnectionResetError):
+            # Either side may hang up at any time (a watch the client stops, a process killed, the API
+            # server closing a watch): the other side's connection ends then too.
+            try:
                 await response.prepare(request)
                 if watch:
                     lines = 0
@@ -123,6 +126,8 @@ class FaultProxy:
                     async for chunk in upstream.content.iter_any():
                         await response.write(chunk)
                 await response.write_eof()
+            except (aiohttp.ClientError, ConnectionError):
+                return _reset(request)
         return response
 
 
