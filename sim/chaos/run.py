@@ -46,7 +46,7 @@ from stagger.policy import parse_policy_text
 from stagger.selectors import LabelSelector
 from stagger.timestamps import parse_rfc3339
 
-__all__ = ["ChaosResult", "ChaosSettings", "run_chaos"]
+__all__ = ["ChaosResult", "ChaosSettings", "failed_run", "run_chaos"]
 
 logger = logging.getLogger(__name__)
 
@@ -335,6 +335,26 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
         problems=problems,
         seconds=time.monotonic() - began,
         crashes=sum(crashes.values()),
+    )
+
+
+def failed_run(*, seed: int, herd: ChaosHerd, why: str, began: float) -> ChaosResult:
+    """The result of a run that could not finish (the cluster did not come up, say): a failed seed."""
+    return ChaosResult(
+        seed=seed,
+        herd=herd.describe(),
+        faults={},
+        kills=[],
+        pods=0,
+        started=0,
+        group_violations={},
+        node_violations={},
+        fail_opens={},
+        slowest=None,
+        bound_seconds=0.0,
+        not_ready=[],
+        problems=[why],
+        seconds=time.monotonic() - began,
     )
 
 

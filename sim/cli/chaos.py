@@ -14,6 +14,7 @@ import asyncio
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,8 +22,10 @@ from pathlib import Path
 from sim.chaos.faults import FaultSettings
 from sim.chaos.herd import random_herd
 from sim.chaos.report import write_report
-from sim.chaos.run import ChaosResult, ChaosSettings, run_chaos
+from sim.chaos.run import ChaosResult, ChaosSettings, failed_run, run_chaos
 from sim.cli.apis import open_api
+
+logger = logging.getLogger(__name__)
 
 EPILOG = """\
 examples:
@@ -62,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(args: argparse.Namespace, work: Path) -> list[ChaosResult]:
+async def _run(args: argparse.Namespace, work: Path, *, command: str) -> list[ChaosResult]:
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         settings = ChaosSettings(
@@ -73,10 +76,17 @@ async def _run(args: argparse.Namespace, work: Path) -> list[ChaosResult]:
             work_dir=work / f"seed-{seed}",
         )
         herd = random_herd(seed, size=args.size)
-        async with open_api("emulator", quiet=True) as api:
-            result = await run_chaos(settings, herd=herd, api=api.backend)
+        began = time.monotonic()
+        try:
+            async with open_api("emulator", quiet=True) as api:
+                result = await run_chaos(settings, herd=herd, api=api.backend)
+        except Exception as exc:  # a run that could not finish is a failed seed, not the end of the others
+            logger.exception("seed %d: the run failed", seed)
+            result = failed_run(seed=seed, herd=herd, why=f"the run failed: {exc!r}", began=began)
         print(result.summary(), flush=True)
         results.append(result)
+        if args.report is not None:  # after every seed, so that an interrupted run keeps what it did
+            write_report(results, path=args.report, command=command)
     return results
 
 
@@ -87,9 +97,9 @@ def main(argv: Sequence[str]) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="sim-chaos-") as temporary:
         work = args.work_dir or Path(temporary)
-        results = asyncio.run(_run(args, work))
+        command = " ".join(["python -m sim chaos", *argv])
+        results = asyncio.run(_run(args, work, command=command))
         if args.report is not None:
-            write_report(results, path=args.report, command=" ".join(["python -m sim chaos", *argv]))
             print(f"wrote {args.report}")
     failed = [r for r in results if not r.ok]
     for result in failed:
