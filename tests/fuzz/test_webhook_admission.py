@@ -219,13 +219,21 @@ POD_REVIEWS = (
     review_of(pod({ENABLE: "1", "app": "old", "canary": "1"})),
     EVICT_STUB,
     review_of(pod({"app": "web"})),
+    # Twice as often: evict mode's holds build the largest patches.
+    EVICT_NODE,
+    EVICT_STUB,
 )
 JOB_REVIEWS = (
     review_of(job({ENABLE: "1", "app": "old"}), kind="Job"),
     review_of(
         job(
             {ENABLE: "1", "app": "legacy"},
-            podFailurePolicy={"rules": [{"action": "FailJob", "onExitCodes": {}}]},
+            podFailurePolicy={
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}},
+                    {"action": "Count", "onPodConditions": [{"type": "ConfigIssue"}]},
+                ]
+            },
         ),
         kind="Job",
     ),
@@ -264,14 +272,19 @@ json_values = st.recursive(
     ),
     max_leaves=8,
 )
-# A value of each JSON type first: what most often breaks code that expects another type at that place.
-# (Copied: the drawn review is changed in place, and a shared `{}` would grow across examples.)
-junk = (
-    st.sampled_from([None, True, 0, 5, -1, 1.5, "", "x", [], [5], ["x"], {}, {"x": 5}, [{}], [None]]).map(
-        copy.deepcopy
+# One value of each JSON type (falsy and not): replacing a member by one of another type is what most often
+# breaks code that expects that type (copied: the drawn review is changed in place).
+SAMPLES = (None, True, False, 0, 5, -1, 1.5, "", "x", [], [5], ["x"], [{}], [None], {}, {"x": 5})
+
+
+def other_type(current: Any) -> st.SearchStrategy[Any]:
+    """A value of another JSON type than `current` (most of the time), or any JSON value."""
+    others = [value for value in SAMPLES if type(value) is not type(current)]
+    return (
+        st.sampled_from(others).map(copy.deepcopy) | st.sampled_from(others).map(copy.deepcopy) | json_values
     )
-    | json_values
-)
+
+
 # Field names the code reads (so that adding one, with a wrong value, reaches it).
 FIELDS = (
     "metadata",
@@ -330,25 +343,25 @@ def broken_reviews(draw: st.DrawFn, bases: tuple[dict[str, Any], ...]) -> Any:
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         places = list(_places(body))
         inside = [path for path in places if path[:2] == ("request", "object")]
-        path = draw(
-            st.sampled_from(inside or places) if draw(st.integers(0, 9)) < 8 else st.sampled_from(places)
-        )
+        # Mostly a member the code reads (FIELDS; its name drawn first, so that a name found once is as likely
+        # as one found everywhere), else anywhere, mostly in the object.
+        names = sorted({path[-1] for path in inside if path and path[-1] in FIELDS})
+        chosen = draw(st.sampled_from(names)) if names and draw(st.integers(0, 9)) < 7 else None
+        known = [path for path in inside if path and path[-1] == chosen]
+        path = draw(st.sampled_from(known or (inside if draw(st.integers(0, 9)) < 8 else places) or places))
         target = body
         for step in path[:-1]:
             target = target[step]
-        action = draw(st.sampled_from(["replace", "remove", "add"]))
-        if action == "add":
-            node = target if not path else target[path[-1]]
-            if isinstance(node, dict):
-                node[draw(st.sampled_from(FIELDS))] = draw(junk)
-                continue
-            action = "replace"
-        if not path:
-            body = draw(junk)
+        node = target if not path else target[path[-1]]
+        action = draw(st.sampled_from(["replace", "replace", "remove", "add"]))
+        if action == "add" and isinstance(node, dict):
+            node[draw(st.sampled_from(FIELDS))] = draw(other_type(None))
+        elif not path:
+            body = draw(other_type(body))
         elif action == "remove":
             del target[path[-1]]
         else:
-            target[path[-1]] = draw(junk)
+            target[path[-1]] = draw(other_type(node))
     return body
 
 
@@ -469,7 +482,7 @@ def test_any_broken_pod_review_is_answered_by_the_contract(
     send(hook, "/mutate/pods", sent, json.dumps(sent).encode(), content_type)
 
 
-@settings(SETTINGS, max_examples=250)
+@settings(SETTINGS, max_examples=300)
 @given(sent=broken_reviews(JOB_REVIEWS), content_type=CONTENT_TYPES)
 @example(sent=JOB_REVIEWS[0], content_type="application/json")
 # Regression: `onPodConditions: 5` in a rule was an internal error.
@@ -512,6 +525,50 @@ def test_bodies_over_the_limit_get_413(hook: Hook, path: str, size: int) -> None
     response = hook.post(path, json.dumps(big).encode())
     assert response.status_code == 413
     assert response.json() == {"error": f"request body too large: at most {MAX_BODY} bytes"}
+    check_log(hook)
+
+
+SWEEP_VALUES = (None, 5, "x", [5], {"x": 5})
+_REMOVED = object()
+
+
+def swept(review: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, the review) for every member under `request` of `review` removed, and replaced by each value
+    of SWEEP_VALUES of another type; each with its own uid, so that a log line names its case."""
+    places = [path for path in _places(review["request"]) if path]
+    for number, (path, value) in enumerate(
+        (path, value) for path in places for value in (_REMOVED, *SWEEP_VALUES)
+    ):
+        copied = copy.deepcopy(review)
+        target = copied["request"]
+        for step in path[:-1]:
+            target = target[step]
+        if value is _REMOVED:
+            del target[path[-1]]
+        elif type(value) is type(target[path[-1]]):
+            continue
+        else:
+            target[path[-1]] = copy.deepcopy(value)
+        if isinstance(copied["request"], dict) and path != ("uid",):
+            copied["request"]["uid"] = f"sweep-{number}"
+        yield (
+            f"request/{'/'.join(map(str, path))} {'removed' if value is _REMOVED else json.dumps(value)}",
+            copied,
+        )
+
+
+@pytest.mark.parametrize(
+    ("path", "review"),
+    [pytest.param("/mutate/pods", review, id=f"pod-{index}") for index, review in enumerate(POD_REVIEWS[:7])]
+    + [pytest.param("/mutate/jobs", review, id=f"job-{index}") for index, review in enumerate(JOB_REVIEWS)],
+)
+def test_every_member_removed_or_of_another_type(hook: Hook, path: str, review: dict[str, Any]) -> None:
+    """Not random: each member of the review, one at a time (the fuzzing above combines several)."""
+    for where, sent in swept(review):
+        try:
+            check_answer(hook.post(path, json.dumps(sent).encode()), sent)
+        except AssertionError as error:
+            raise AssertionError(f"{where}: {error}") from error
     check_log(hook)
 
 

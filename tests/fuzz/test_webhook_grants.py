@@ -435,6 +435,37 @@ def test_a_bad_field_is_named(controller: Controller, path: str, body: dict[str,
     expect(path, body, status, answer)
 
 
+SWEEP_VALUES = (None, 5, -1, "", "x", [5], {"x": 5})
+_REMOVED = object()
+
+
+@pytest.mark.parametrize("path", [pytest.param(path, id=path.rsplit("/", 1)[1]) for path in sorted(GOOD)])
+def test_every_member_removed_or_of_another_type(controller: Controller, path: str) -> None:
+    """Not random: each member of the good body, one at a time, removed or replaced by a value of each other
+    type (the fuzzing above combines several)."""
+    good = GOOD[path]
+    for place in (place for place in _places(good) if place):
+        for value in (_REMOVED, *SWEEP_VALUES):
+            body = copy.deepcopy(good)
+            target = body
+            for step in place[:-1]:
+                target = target[step]
+            if value is _REMOVED:
+                del target[place[-1]]
+            elif type(value) is type(target[place[-1]]):
+                continue
+            else:
+                target[place[-1]] = copy.deepcopy(value)
+            body = prepared(path, body)
+            status, answer = send(controller, path, json.dumps(body).encode())
+            try:
+                expect(path, body, status, answer)
+            except AssertionError as error:
+                raise AssertionError(
+                    f"{place} {'removed' if value is _REMOVED else value!r}: {error}"
+                ) from error
+
+
 @pytest.mark.parametrize("path", [pytest.param(path, id=path.rsplit("/", 1)[1]) for path in sorted(GOOD)])
 def test_a_body_over_the_limit_gets_413(controller: Controller, path: str) -> None:
     body = {**GOOD[path], "filler": "x" * MAX_BODY}
