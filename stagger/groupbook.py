@@ -710,7 +710,10 @@ def record_from_pod(
 
     The pairs come from the `<prefix>/group-key` annotation admission wrote (the `<prefix>/policies`
     annotation is for people). With `policies`, a pair whose policy's bypassLabelSelector matches the
-    pod's labels is one it only counts in; without them, the pod waits for every pair (the safe side)."""
+    pod's labels is one it only counts in; without them, the pod waits for every pair (the safe side).
+    With `policies`, a pair is kept only when its policy is in the file and selects the pod's labels:
+    a pod cannot join another team's group by writing the annotation itself (admission leaves the
+    annotations of a pod no policy matches alone; docs/SECURITY.md)."""
     metadata = _mapping(pod.get("metadata"))
     if metadata.get("deletionTimestamp"):
         return None
@@ -728,6 +731,8 @@ def record_from_pod(
         # Interned: the same policy names and keys (images, say) recur on thousands of pods.
         pair = (sys.intern(policy_name), sys.intern(key))
         policy = policies.get(policy_name) if policies is not None else None
+        if policies is not None and (policy is None or not policy.label_selector.matches(labels)):
+            continue  # a claim no policy backs (forged, or the pod's labels changed since admission)
         bypass = policy.bypass_label_selector if policy is not None else None
         (bypassed if bypass is not None and bypass.matches(labels) else waits).append(pair)
     spec = _mapping(pod.get("spec"))

@@ -145,12 +145,46 @@ CANARY_AWARE = StaggeringPolicy(
 )
 
 
+IMAGE_PULL = StaggeringPolicy(
+    name="image-pull", label_selector=LabelSelector(), pacer=MaxConcurrentPacer(value=2)
+)
+
+
 def test_with_policies_a_bypassed_pair_is_only_counted() -> None:
-    record = groupbook.record_from_pod(api_pod(), names=NAMES, policies={"canary-aware": CANARY_AWARE})
+    policies = {"canary-aware": CANARY_AWARE, "image-pull": IMAGE_PULL}
+    record = groupbook.record_from_pod(api_pod(), names=NAMES, policies=policies)
     assert record == changed(
         pacer_groups=(("image-pull", "nginx:1.25"),), bypassed_groups=(("canary-aware", ""),)
     )
     assert record is not None and not record.bypassed and record.waiting
+
+
+@pytest.mark.parametrize(
+    ("policies", "kept"),
+    [
+        pytest.param({"canary-aware": CANARY_AWARE}, (), id="policy-not-in-the-file"),
+        pytest.param(
+            {
+                "canary-aware": CANARY_AWARE,
+                "image-pull": StaggeringPolicy(
+                    name="image-pull",
+                    label_selector=LabelSelector.from_labels({"team": "other"}),
+                    pacer=MaxConcurrentPacer(value=2),
+                ),
+            },
+            (),
+            id="policy-does-not-select-the-pod",
+        ),
+    ],
+)
+def test_with_policies_a_claim_no_policy_backs_is_dropped(
+    policies: dict[str, StaggeringPolicy], kept: tuple[object, ...]
+) -> None:
+    """A group-key annotation the pod wrote itself (or left from before a reload or a relabel) counts
+    only where a policy of the file selects the pod: one team cannot join another's group."""
+    record = groupbook.record_from_pod(api_pod(), names=NAMES, policies=policies)
+    assert record is not None and record.pacer_groups == kept
+    assert record.bypassed_groups == (("canary-aware", ""),)
 
 
 def test_bypassed_everywhere() -> None:

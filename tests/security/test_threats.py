@@ -7,8 +7,8 @@
   from), dated far in the future: the slot it gets after the restart still ends `holdTimeout` from then;
 - a team's pod that claims another team's group with a `<prefix>/group-key` annotation of its own: when a
   staggering policy matches the pod, admission replaces the claim with the pod's real groups; when none
-  does, the claim stays and the controller counts it (a known gap, marked xfail: docs/SECURITY.md says
-  what bounds it)."""
+  does, admission leaves the annotation, and the controller, which reads every pod with its policies,
+  drops a claim no policy of the file backs."""
 
 from __future__ import annotations
 
@@ -139,14 +139,10 @@ def test_a_pod_in_a_policy_gets_its_real_groups_not_the_ones_it_claims() -> None
     assert set(record.pacer_groups) == {("team-b", "")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="admission leaves a <prefix>/group-key annotation on a pod no staggering policy matches, and the "
-    "controller's book counts the pod in the group it names (docs/SECURITY.md: bounded by startTimeout "
-    "and maxBlockedDuration)",
-)
 def test_a_pod_in_no_policy_cannot_claim_a_group() -> None:
-    record = record_from_pod(_admitted(_claiming_pod({"team": "c"})), names=NAMES)
+    # The controller reads pods with its policies: a claim no policy backs is dropped.
+    policies = {p.name: p for p in (TEAM_A, TEAM_B)}
+    record = record_from_pod(_admitted(_claiming_pod({"team": "c"})), names=NAMES, policies=policies)
     assert record is None or ("team-a", "") not in record.pacer_groups
 
 
