@@ -572,6 +572,31 @@ def test_every_member_removed_or_of_another_type(hook: Hook, path: str, review: 
     check_log(hook)
 
 
+@pytest.mark.parametrize(
+    ("depth", "nested_too_deeply"),
+    [
+        pytest.param(100, False, id="100"),
+        pytest.param(300, False, id="300"),
+        pytest.param(2_000, True, id="2000"),
+        pytest.param(30_000, True, id="30000"),
+    ],
+)
+def test_deep_nesting_is_answered(hook: Hook, depth: int, nested_too_deeply: bool) -> None:
+    """Nested values in a container of a pod held with stubs, whose resources the patch copies: answered and
+    copied, or (too deep for the JSON parser) refused with a reason; never an internal error."""
+    nested = "[" * depth + "]" * depth
+    raw = json.dumps(EVICT_STUB).replace(
+        '"image": "nginx:1.25"', f'"image": "nginx:1.25", "resources": {{"x": {nested}}}'
+    )
+    response = hook.post("/mutate/pods", raw.encode())
+    if nested_too_deeply:
+        assert response.status_code == 400 and "nested too deeply" in response.json()["error"]
+    else:
+        check_answer(response, json.loads(raw))
+        assert "patch" in response.json()["response"]
+    check_log(hook)
+
+
 def _review_with(**fields: Any) -> dict[str, Any]:
     """POD_REVIEWS[0] with top-level fields (or, as `request_<name>`, request fields) set or, to None, removed."""
     body = copy.deepcopy(POD_REVIEWS[0])
