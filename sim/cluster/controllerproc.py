@@ -70,6 +70,8 @@ class _Replica:
         self.identity = identity
         self.port = 0
         self.probes_url = ""
+        self.ready = False
+        """Its /readyz said 200 since it was last started (a Service's endpoints list only ready pods)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._log: asyncio.Task[None] | None = None
 
@@ -78,6 +80,7 @@ class _Replica:
         return self._proc is not None and self._proc.returncode is None
 
     async def start(self, *, within: float) -> None:
+        self.ready = False
         self._proc = await asyncio.create_subprocess_exec(
             *self.argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
         )
@@ -120,6 +123,7 @@ class _Replica:
                         self.probes_url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)
                     ) as response:
                         if response.status == 200:
+                            self.ready = True
                             return
                         why = f"HTTP {response.status}: {(await response.text())[:200]}"
                 except (aiohttp.ClientError, TimeoutError) as err:
@@ -291,7 +295,8 @@ class ControllerProcess:
             self._follow = asyncio.create_task(self._follow_lease(client), name="controller-lease")
 
     def _any_replica(self) -> int | None:
-        running = [r for r in self.replicas if r.running]
+        # As the chart's Service: only replicas that are running and were ready since they started.
+        running = [r for r in self.replicas if r.running and r.ready]
         if not running:
             return None
         self._next += 1
