@@ -69,11 +69,11 @@ demo: venv ## the herd demo (60 pods on 4 simulated nodes, without and with stag
 bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): bench/REPORT.md, results.json, plots; about 20 minutes
 	$(PY) -m tests.bench.report
 
-# 100 randomized herds under injected faults (sim/chaos), one after another on the API emulator; about 40 s
+# 100 randomized herds under injected faults (sim/chaos), two at a time, each on its own API emulator; about 40 s
 # each with the defaults below (30 s of faults with a 10 s outage, two process kills). `make chaos
 # CHAOS_ARGS='--minutes 2 --outage 60s'` for longer ones.
 CHAOS_SEEDS ?= 100
-CHAOS_ARGS ?= --minutes 0.5 --outage 10s
+CHAOS_ARGS ?= --minutes 0.5 --outage 10s --jobs 2
 chaos: venv ## randomized herds under API faults and process kills, checked for safety, liveness and loss: chaos/REPORT.md
 	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --report chaos/REPORT.md
 

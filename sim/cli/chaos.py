@@ -59,34 +59,46 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--kills", type=int, default=2, help="process kills per seed (default 2)")
     parser.add_argument("--size", choices=("small", "full"), default="full", help="herd size (default full)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (default 1)")
     parser.add_argument("--report", type=Path, help="write the seeds' table to this Markdown file")
     parser.add_argument("--work-dir", type=Path, help="keep logs here (default: a temporary folder)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the simulator's INFO lines")
     return parser
 
 
+async def _one(args: argparse.Namespace, work: Path, seed: int) -> ChaosResult:
+    settings = ChaosSettings(
+        seed=seed,
+        minutes=args.minutes,
+        faults=replace(FaultSettings(), outage_seconds=args.outage),
+        kills=args.kills,
+        work_dir=work / f"seed-{seed}",
+    )
+    herd = random_herd(seed, size=args.size)
+    began = time.monotonic()
+    try:
+        async with open_api("emulator", quiet=True) as api:
+            return await run_chaos(settings, herd=herd, api=api.backend)
+    except Exception as exc:  # a run that could not finish is a failed seed, not the end of the others
+        logger.exception("seed %d: the run failed", seed)
+        return failed_run(seed=seed, herd=herd, why=f"the run failed: {exc!r}", began=began)
+
+
 async def _run(args: argparse.Namespace, work: Path, *, command: str) -> list[ChaosResult]:
-    results = []
-    for seed in range(args.seed, args.seed + args.seeds):
-        settings = ChaosSettings(
-            seed=seed,
-            minutes=args.minutes,
-            faults=replace(FaultSettings(), outage_seconds=args.outage),
-            kills=args.kills,
-            work_dir=work / f"seed-{seed}",
-        )
-        herd = random_herd(seed, size=args.size)
-        began = time.monotonic()
-        try:
-            async with open_api("emulator", quiet=True) as api:
-                result = await run_chaos(settings, herd=herd, api=api.backend)
-        except Exception as exc:  # a run that could not finish is a failed seed, not the end of the others
-            logger.exception("seed %d: the run failed", seed)
-            result = failed_run(seed=seed, herd=herd, why=f"the run failed: {exc!r}", began=began)
+    """Every seed, `--jobs` at a time (each on its own emulator and simulated cluster)."""
+    results: list[ChaosResult] = []
+    slots = asyncio.Semaphore(args.jobs)
+
+    async def seed_run(seed: int) -> None:
+        async with slots:
+            result = await _one(args, work, seed)
         print(result.summary(), flush=True)
         results.append(result)
+        results.sort(key=lambda r: r.seed)
         if args.report is not None:  # after every seed, so that an interrupted run keeps what it did
             write_report(results, path=args.report, command=command)
+
+    await asyncio.gather(*(seed_run(seed) for seed in range(args.seed, args.seed + args.seeds)))
     return results
 
 
