@@ -9,7 +9,8 @@ Per request (`FaultPlan.decide`), at the rates of `FaultSettings`:
 - for a watch: `cut` (the stream ends after its first events, as when an apiserver restarts or a load
   balancer times the connection out) and `gone` (a resumed watch answered `410 Gone`: the client must list
   again, https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes).
-And by time (`FaultPlan.outages`): the API server down for `outage_seconds`, every request reset.
+And by time: the API server down for `outage_seconds`, every request reset (`FaultPlan.outages`), and the
+admission webhook too slow to answer within its timeout (`FaultPlan.webhook_delay`).
 
 Pure: a function of the seed and of what is asked, no I/O.
 """
@@ -23,7 +24,7 @@ from typing import Literal
 
 __all__ = ["Fault", "FaultKind", "FaultPlan", "FaultSettings", "Outage"]
 
-FaultKind = Literal["error", "throttle", "reset", "slow", "cut", "gone", "outage"]
+FaultKind = Literal["error", "throttle", "reset", "slow", "cut", "gone", "outage", "webhook"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class FaultSettings:
     gone: float = 0.3
     outages: int = 1
     outage_seconds: float = 60.0
+    webhook_timeouts: int = 1
+    """Windows during which every admission request to the controller is held back past the webhook's
+    timeoutSeconds (the API server then lets the pod through unchanged: failurePolicy Ignore)."""
+    webhook_timeout_seconds: float = 4.0
     quiet_start_seconds: float = 3.0
     """No fault before this many seconds into the run: the processes come up first, as in a cluster that
     was running before the herd arrived."""
@@ -50,12 +55,14 @@ class FaultSettings:
                 raise ValueError(f"{name}: a rate between 0 and 1 (got {value})")
         if self.error + self.throttle + self.reset + self.slow > 1.0:
             raise ValueError("error + throttle + reset + slow: at most 1 in all")
-        if self.outages < 0 or self.outage_seconds < 0 or self.slow_seconds < 0:
+        if min(self.outages, self.outage_seconds, self.slow_seconds) < 0:
             raise ValueError("outages, outage_seconds and slow_seconds: not negative")
+        if min(self.webhook_timeouts, self.webhook_timeout_seconds) < 0:
+            raise ValueError("webhook_timeouts and webhook_timeout_seconds: not negative")
 
     @classmethod
     def none(cls) -> FaultSettings:
-        return cls(error=0, throttle=0, reset=0, slow=0, cut=0, gone=0, outages=0)
+        return cls(error=0, throttle=0, reset=0, slow=0, cut=0, gone=0, outages=0, webhook_timeouts=0)
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class FaultPlan:
     """How long the run injects faults: outages fall within it."""
     counts: Counter[str] = field(default_factory=Counter)
     outages: tuple[Outage, ...] = ()
+    webhook_windows: tuple[Outage, ...] = ()
     _random: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,6 +107,21 @@ class FaultPlan:
             start = self._random.uniform(earliest, latest)
             outages.append(Outage(start=start, end=start + s.outage_seconds))
         self.outages = tuple(sorted(outages, key=lambda o: o.start))
+        windows = []
+        for _ in range(s.webhook_timeouts):
+            start = self._random.uniform(
+                earliest, max(earliest, self.span_seconds - s.webhook_timeout_seconds)
+            )
+            windows.append(Outage(start=start, end=start + s.webhook_timeout_seconds))
+        self.webhook_windows = tuple(sorted(windows, key=lambda o: o.start))
+
+    def webhook_delay(self, now: float, *, timeout: float) -> float:
+        """How long to hold back an admission request at `now`: past `timeout` inside a window, else 0
+        (counted as a `webhook` fault)."""
+        if any(w.start <= now < w.end for w in self.webhook_windows):
+            self.counts["webhook"] += 1
+            return timeout + 1.0
+        return 0.0
 
     def down(self, now: float) -> bool:
         """Whether the API server is down at `now`."""

@@ -51,6 +51,7 @@ __all__ = ["ChaosResult", "ChaosSettings", "failed_run", "run_chaos"]
 logger = logging.getLogger(__name__)
 
 NAMES = Names()
+WEBHOOK_TIMEOUT = 5.0  # the simulated cluster's MutatingWebhookConfiguration timeoutSeconds
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,12 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
             lockd_log_level="info",  # lockd's and the controller's: a failing seed's logs say why
         )
         async with SimCluster(api=api, settings=cluster) as sim:
+            if sim.controller is not None:
+                # The API server's admission calls go through the stand-in Service: held back past the
+                # webhook's timeoutSeconds inside the plan's windows.
+                sim.controller.admission_delay = lambda: plan.webhook_delay(
+                    proxy.now(), timeout=WEBHOOK_TIMEOUT
+                )
             ledger = PodLedger(started=began)
             informer = Informer(
                 client=sim.client, resource=PODS, settings=InformerSettings(), namespace=herd.namespace

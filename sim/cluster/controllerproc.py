@@ -161,11 +161,15 @@ class _Replica:
 
 class TcpProxy:
     """What a Service and kube-proxy do for the simulated cluster: each connection goes to the port
-    `choose()` names at that moment (None: the connection is closed, as with no endpoints)."""
+    `choose()` names at that moment (None: the connection is closed, as with no endpoints). `delay()`, if
+    given, is how long to hold back each piece of a request now (a chaos run's slow network)."""
 
-    def __init__(self, *, host: str, choose: Callable[[], int | None]) -> None:
+    def __init__(
+        self, *, host: str, choose: Callable[[], int | None], delay: Callable[[], float] | None = None
+    ) -> None:
         self._host = host
         self._choose = choose
+        self._delay = delay
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -183,7 +187,9 @@ class TcpProxy:
             except OSError:
                 return
             try:
-                await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+                await asyncio.gather(
+                    _pipe(reader, upstream_writer, delay=self._delay), _pipe(upstream_reader, writer)
+                )
             finally:
                 upstream_writer.close()
         finally:
@@ -196,9 +202,14 @@ class TcpProxy:
                 await asyncio.wait_for(self._server.wait_closed(), timeout=2.0)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, delay: Callable[[], float] | None = None
+) -> None:
     with contextlib.suppress(ConnectionError, OSError):
         while data := await reader.read(65536):
+            pause = delay() if delay is not None else 0.0
+            if pause > 0:
+                await asyncio.sleep(pause)
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
@@ -237,6 +248,8 @@ class ControllerProcess:
             for i in range(max(1, spec.replicas))
         ]
         self.leader: str | None = None  # the Lease's holder as last read (replicas > 1)
+        self.admission_delay: Callable[[], float] = lambda: 0.0
+        """How long the admission Service holds back a request now (chaos runs make the webhook time out)."""
         self._admission: TcpProxy | None = None
         self._grants: TcpProxy | None = None
         self._follow: asyncio.Task[None] | None = None
@@ -281,7 +294,9 @@ class ControllerProcess:
         `--leader-url`), and then follow the Lease."""
         if len(self.replicas) > 1:
             assert client is not None, "several replicas need a client to follow their Lease"
-            self._admission = TcpProxy(host=self.spec.host, choose=self._any_replica)
+            self._admission = TcpProxy(
+                host=self.spec.host, choose=self._any_replica, delay=lambda: self.admission_delay()
+            )
             self._grants = TcpProxy(host=self.spec.host, choose=self._leader_port)
             await self._admission.start()
             await self._grants.start()
