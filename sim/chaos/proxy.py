@@ -26,6 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from sim.chaos.faults import Fault, FaultPlan
+from stagger.kube import ClusterConfig
 
 __all__ = ["FaultProxy", "fault_proxy"]
 
@@ -57,6 +58,8 @@ class FaultProxy:
     started: float = field(default_factory=time.monotonic)
     url: str = ""
     passed: int = 0
+    token: str | None = None
+    """A bearer token to send upstream in place of the client's (a real API server's)."""
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -89,6 +92,10 @@ class FaultProxy:
         self.passed += 1
         session = request.app[SESSION]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        elif self.upstream.startswith("https://"):
+            headers.pop("Authorization", None)  # the client certificate speaks for it
         try:
             body = await request.read() if request.can_read_body else None
             upstream = await session.request(
@@ -145,13 +152,17 @@ def _reset(request: web.Request) -> web.Response:
 
 @contextlib.asynccontextmanager
 async def fault_proxy(
-    *, upstream: str, plan: FaultPlan, host: str = "127.0.0.1"
+    *, upstream: str, plan: FaultPlan, config: ClusterConfig | None = None, host: str = "127.0.0.1"
 ) -> AsyncIterator[FaultProxy]:
-    """The proxy on a free port of `host` for the duration of the block."""
-    proxy = FaultProxy(upstream=upstream.rstrip("/"), plan=plan)
+    """The proxy on a free port of `host` for the duration of the block. `config`: how to reach a real
+    API server (TLS, client certificate or token): the proxy speaks plain HTTP on loopback to its clients
+    and authenticates upstream as `config` says (the sim gives lockd and the controller the admin's
+    credentials on a real control plane anyway, so nobody's identity changes)."""
+    proxy = FaultProxy(upstream=upstream.rstrip("/"), plan=plan, token=config.token if config else None)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    ssl_context = config.ssl_context() if config is not None else False
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=ssl_context)) as session:
         app[SESSION] = session
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()

@@ -244,7 +244,8 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
     rng = random.Random(settings.seed ^ 0x5EED)
     kills: list[str] = []
     problems: list[str] = []
-    async with fault_proxy(upstream=api.url, plan=plan) as proxy:
+    upstream = api.cluster_config() if api.kubeconfig is not None else None
+    async with fault_proxy(upstream=api.url, plan=plan, config=upstream) as proxy:
         cluster = ClusterSettings.from_scenario(
             replace(scenario, stagger=replace(scenario.stagger, controller_replicas=2)),
             stagger_api_url=proxy.url,

@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", choices=("small", "full"), default="full", help="herd size (default full)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once (default 1)")
     parser.add_argument(
+        "--control-plane",
+        choices=("emulator", "real"),
+        default="emulator",
+        help="the API server: sim's emulator (default) or the real control plane (make control-plane), a "
+        "fresh one per seed",
+    )
+    parser.add_argument(
         "--fuzz-stats", type=Path, help="fuzz cases per surface for the report (python -m tests.fuzz.stats)"
     )
     parser.add_argument("--report", type=Path, help="write the seeds' table to this Markdown file")
@@ -81,7 +88,7 @@ async def _one(args: argparse.Namespace, work: Path, seed: int) -> ChaosResult:
     herd = random_herd(seed, size=args.size)
     began = time.monotonic()
     try:
-        async with open_api("emulator", quiet=True) as api:
+        async with open_api(args.control_plane, quiet=True) as api:
             return await run_chaos(settings, herd=herd, api=api.backend)
     except Exception as exc:  # a run that could not finish is a failed seed, not the end of the others
         logger.exception("seed %d: the run failed", seed)

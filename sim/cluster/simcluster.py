@@ -90,9 +90,9 @@ class ClusterSettings:
     """sim's workload controllers (on the emulator only)."""
     node_agent: NodeAgentSettings = field(default_factory=NodeAgentSettings)
     stagger_api_url: str | None = None
-    """Where lockd and the controller reach the API server (the chaos fault proxy, `sim.chaos.proxy`);
-    None: directly. On the emulator only (its plain HTTP); the sim's own kubelets, scheduler and
-    controllers always go directly."""
+    """Where lockd and the controller reach the API server (the chaos fault proxy, `sim.chaos.proxy`,
+    plain HTTP on loopback; it authenticates upstream); None: directly. The sim's own kubelets,
+    scheduler and controllers always go directly."""
     informer: InformerSettings = field(default_factory=InformerSettings)
 
     @classmethod
@@ -244,8 +244,6 @@ class SimCluster:
         if s.stagger.lockd_mode == "cluster":
             kubeconfig_path = self.api.lockd_kubeconfig(self.work_dir)
             if s.stagger_api_url is not None:
-                if self.api.kubeconfig is not None:
-                    raise ValueError("stagger_api_url: only on the API emulator (the real one needs TLS)")
                 kubeconfig_path = self.work_dir / "stagger-via-proxy.kubeconfig"
                 write_kubeconfig(kubeconfig_path, s.stagger_api_url, token="lockd")
         extra: tuple[str, ...] = ()

@@ -2,19 +2,24 @@
 sees it from the real API server: a 429 Status with Retry-After (header and details.retryAfterSeconds), a
 500/503 Status, a resumed watch answered with one ERROR event holding a 410 Expired Status, a watch cut
 after its first events, a connection dropped without an answer, an outage; and requests without a
-fault passed through unchanged."""
+fault passed through unchanged; and a real (TLS) API server reached with the proxy's own credentials."""
 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
+import trustme
+from aiohttp import web
 
 from sim.chaos.faults import FaultPlan, FaultSettings
 from sim.chaos.proxy import FaultProxy, fault_proxy
 from sim.emulator.server import ApiServer
+from stagger.kube import ClusterConfig
 
 PODS = "/api/v1/namespaces/default/pods"
 AUTH = {"Authorization": "Bearer sim"}
@@ -111,3 +116,35 @@ async def test_a_reset_or_an_outage_drops_the_connection(server: ApiServer, rate
     async with fault_proxy(upstream=server.url, plan=_plan(**rates)) as proxy:
         with pytest.raises(aiohttp.ClientError):
             await _get(proxy, PODS)
+
+
+async def test_a_real_api_server_is_reached_over_tls_with_the_proxys_own_credentials(tmp_path: Path) -> None:
+    """On a real control plane the proxy speaks TLS upstream, verifying the cluster's CA, and sends the
+    kubeconfig's token in place of whatever its (loopback, plain HTTP) client sent."""
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.crt"
+    ca.cert_pem.write_to_path(str(ca_file))
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response({"kind": "PodList", "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/pods", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    upstream = f"https://127.0.0.1:{port}"
+    config = ClusterConfig(server=upstream, token="admin-token", ca_file=ca_file)
+    try:
+        async with fault_proxy(upstream=upstream, plan=_plan(), config=config) as proxy:
+            status, _, text = await _get(proxy, PODS)
+    finally:
+        await runner.cleanup()
+    assert status == 200 and json.loads(text)["kind"] == "PodList"
+    assert seen == ["Bearer admin-token"]
