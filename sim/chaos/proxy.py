@@ -60,6 +60,18 @@ class FaultProxy:
     passed: int = 0
     token: str | None = None
     """A bearer token to send upstream in place of the client's (a real API server's)."""
+    open: set[asyncio.Transport] = field(default_factory=set)
+
+    def track(self, request: web.Request) -> None:
+        """Remember the request's connection, to drop it when the API server goes down."""
+        if isinstance(request.transport, asyncio.Transport):
+            self.open.add(request.transport)
+
+    def drop_all(self) -> None:
+        """The API server is down: every connection it had ends (watches included), as at a restart."""
+        for transport in list(self.open):
+            transport.abort()
+        self.open.clear()
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -86,7 +98,12 @@ class FaultProxy:
             return response
         if fault is not None and fault.kind == "slow":
             await asyncio.sleep(fault.seconds)
-        return await self._forward(request, fault=fault, watch=watch)
+        self.track(request)
+        try:
+            return await self._forward(request, fault=fault, watch=watch)
+        finally:
+            if isinstance(request.transport, asyncio.Transport):
+                self.open.discard(request.transport)
 
     async def _forward(self, request: web.Request, *, fault: Fault | None, watch: bool) -> web.StreamResponse:
         self.passed += 1
@@ -173,7 +190,17 @@ async def fault_proxy(
         port = server.sockets[0].getsockname()[1]
         proxy.url = f"http://{host}:{port}"
         proxy.started = time.monotonic()
+        watcher = asyncio.create_task(_outages(proxy), name="chaos-outages")
         try:
             yield proxy
         finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
             await runner.cleanup()
+
+
+async def _outages(proxy: FaultProxy) -> None:
+    """At the start of each outage, drop every open connection (a watch holds one for minutes)."""
+    for outage in proxy.plan.outages:
+        await asyncio.sleep(max(0.0, outage.start - proxy.now()))
+        proxy.drop_all()

@@ -217,12 +217,14 @@ async def _kills(
         for moment in moments:
             await asyncio.sleep(max(0.0, moment - (time.monotonic() - start)))
             what = rng.choice(("lockd", "leader", "both"))
-            node = rng.choice(sorted(sim.lockds))
+            # lockd is killed where it holds the most slots: a restart must rebuild them from the API.
+            held = await _slots_by_node(sim, session)
+            node = max(sorted(sim.lockds), key=lambda name: (held.get(name, 0), rng.random()))
             controller = sim.controller
             leader = controller.leader if controller is not None else None
             if what in ("lockd", "both"):
                 await sim.lockds[node].kill()
-                done.append(f"lockd on {node} at {moment:.0f}s")
+                done.append(f"lockd on {node} holding {held.get(node, 0)} slots at {moment:.0f}s")
             if what in ("leader", "both") and controller is not None and leader is not None:
                 controller.kill(leader)
                 done.append(f"controller leader {leader} at {moment:.0f}s")
@@ -398,6 +400,21 @@ def _check_releases(watches: dict[str, GroupWatch], problems: list[str]) -> None
             if trace.hold is not None and since is not None and created is not None and since < created - 1:
                 # Its held-since is older than the pod: a chain's, carried from an evicted pod's reservation.
                 problems.append(f"{name}: {trace.namespace}/{trace.name}, a replacement, was held again")
+
+
+async def _slots_by_node(sim: SimCluster, session: aiohttp.ClientSession) -> dict[str, int]:
+    """How many slots each lockd holds now (a lockd that does not answer: none)."""
+    held: dict[str, int] = {}
+    for name, lockd in sim.lockds.items():
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+            async with session.get(
+                f"{lockd.spec.url}/status",
+                headers={"Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=2),
+            ) as response:
+                status = await response.json(content_type=None)
+            held[name] = len(status.get("slots") or [])
+    return held
 
 
 async def _lockd_slots(sim: SimCluster) -> list[str]:

@@ -6,6 +6,7 @@ fault passed through unchanged; and a real (TLS) API server reached with the pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -148,3 +149,25 @@ async def test_a_real_api_server_is_reached_over_tls_with_the_proxys_own_credent
         await runner.cleanup()
     assert status == 200 and json.loads(text)["kind"] == "PodList"
     assert seen == ["Bearer admin-token"]
+
+
+async def test_an_outage_ends_the_open_watches(server: ApiServer) -> None:
+    """When the API server goes down, a watch that was open ends too (as at a restart), not only the new
+    requests."""
+    plan = FaultPlan(
+        settings=FaultSettings(**{**QUIET, "outages": 1, "outage_seconds": 5.0, "quiet_start_seconds": 0.5}),  # type: ignore[arg-type]
+        seed=7,
+        span_seconds=5.5,
+    )
+    async with fault_proxy(upstream=server.url, plan=plan) as proxy:
+        (outage,) = plan.outages
+        assert outage.start == pytest.approx(0.5)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(proxy.url + PODS + "?watch=true&timeoutSeconds=60", headers=AUTH) as response,
+        ):
+            assert response.status == 200
+            with pytest.raises(aiohttp.ClientError):
+                async with asyncio.timeout(10):
+                    await response.content.read()  # ends (dropped) at the outage, 0.5 s in
+        assert proxy.now() < 5.0
