@@ -33,6 +33,7 @@ from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
 from sim.chaos.proxy import fault_proxy
 from sim.cluster.backend import ApiBackend
 from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.nodeagent import node_name
 from sim.cluster.progress import ProgressWatch, Target
 from sim.cluster.scenario import pod_template, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
@@ -68,6 +69,9 @@ class ChaosSettings:
     """Added to a pod's bound: the time to notice a fault (an informer's back-off, a lease expiring)."""
     max_wait_seconds: float = 600.0
     """The init client's max-wait (`STAGGER_MAX_WAIT`, 10m): a pod never waits longer for lockd."""
+    clock_skew_seconds: float = 30.0
+    """One node's lockd runs with its wall clock this far ahead or behind (libfaketime; 0: none), as
+    with a node whose NTP is off: the granted-at it writes and reads are skewed, its monotonic clock not."""
     work_dir: Path | None = None
 
 
@@ -244,6 +248,7 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
     scenario = herd.scenario()
     policies = parse_policy_text(scenario.stagger.policies)
     rng = random.Random(settings.seed ^ 0x5EED)
+    skewed, lockd_env = _clock_skew(herd, rng=rng, seconds=settings.clock_skew_seconds)
     kills: list[str] = []
     problems: list[str] = []
     upstream = api.cluster_config() if api.kubeconfig is not None else None
@@ -254,6 +259,7 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
             work_dir=settings.work_dir,
             controller_lease=(6.0, 4.0, 1.0),
             lockd_log_level="info",  # lockd's and the controller's: a failing seed's logs say why
+            lockd_env=lockd_env,
         )
         async with SimCluster(api=api, settings=cluster) as sim:
             if sim.controller is not None:
@@ -350,10 +356,13 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
     bound = settings.max_wait_seconds + settings.notice_seconds + settings.faults.outage_seconds
     if slowest is not None and slowest[1] > bound:
         problems.append(f"{slowest[0]} waited {slowest[1]:.0f}s, over its bound of {bound:.0f}s")
+    faults = dict(plan.counts)
+    if skewed:
+        faults["clock skew"] = 1
     return ChaosResult(
         seed=settings.seed,
-        herd=herd.describe(),
-        faults=dict(plan.counts),
+        herd=herd.describe() + (f"; {skewed}" if skewed else ""),
+        faults=faults,
         kills=kills,
         pods=len(lives),
         started=sum(1 for p in lives if p.ready_at is not None or (p.finished and not p.disrupted)),
@@ -400,6 +409,22 @@ def _check_releases(watches: dict[str, GroupWatch], problems: list[str]) -> None
             if trace.hold is not None and since is not None and created is not None and since < created - 1:
                 # Its held-since is older than the pod: a chain's, carried from an evicted pod's reservation.
                 problems.append(f"{name}: {trace.namespace}/{trace.name}, a replacement, was held again")
+
+
+def _clock_skew(
+    herd: ChaosHerd, *, rng: random.Random, seconds: float
+) -> tuple[str, dict[str, dict[str, str]]]:
+    """The node whose lockd runs with a skewed wall clock, and its environment (libfaketime preloaded;
+    the monotonic clock left alone, as NTP leaves it)."""
+    if seconds <= 0:
+        return "", {}
+    import libfaketime  # the test extras' LD_PRELOAD library
+
+    _, env = libfaketime.get_reload_information()
+    offset = seconds if rng.random() < 0.5 else -seconds
+    node = node_name(rng.randrange(herd.nodes))
+    skew = {**env, "FAKETIME": f"{offset:+g}s", "DONT_FAKE_MONOTONIC": "1"}
+    return f"{node}'s lockd clock {offset:+g}s", {node: skew}
 
 
 async def _slots_by_node(sim: SimCluster, session: aiohttp.ClientSession) -> dict[str, int]:

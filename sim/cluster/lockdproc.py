@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -41,6 +42,8 @@ class LockdSpec:
     python: str = sys.executable
     extra_args: tuple[str, ...] = ()
     """More flags (the controller's URL, token and CA when the simulated cluster runs it)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """More environment variables (a chaos run's clock skew: libfaketime's)."""
 
     @property
     def url(self) -> str:
@@ -76,7 +79,11 @@ class LockdProcess:
     async def start(self) -> None:
         with self.spec.log_file.open("ab") as log:
             self._proc = await asyncio.create_subprocess_exec(
-                *self.spec.argv(), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
+                *self.spec.argv(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self.spec.env} if self.spec.env else None,
             )
 
     async def wait_ready(self, *, session: aiohttp.ClientSession, deadline: float) -> None:

@@ -66,6 +66,8 @@ class ClusterSettings:
     lockd_stop_timeout_seconds: float = 5.0
     lockd_sample_interval: str = "200ms"
     lockd_log_level: str = "warning"
+    lockd_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """More environment variables for the lockd of a node, by node name (a chaos run's clock skew)."""
     controller_lease: tuple[float, float, float] = (15.0, 10.0, 2.0)
     """The controller replicas' Lease: duration, renew deadline, retry period (wall seconds)."""
     request_timeout_seconds: float = 30.0
@@ -267,6 +269,7 @@ class SimCluster:
                     sample_interval=s.lockd_sample_interval,
                     log_level=s.lockd_log_level,
                     extra_args=extra,
+                    env=s.lockd_env.get(name, {}),
                 )
             )
         await asyncio.gather(*(p.start() for p in self.lockds.values()))
