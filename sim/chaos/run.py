@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -241,7 +242,16 @@ async def _kills(
 
 
 async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend) -> ChaosResult:
-    """Run `herd` under the faults of `settings` on `api` (the emulator), and check it."""
+    """Run `herd` under the faults of `settings` on `api`, and check it."""
+    if settings.work_dir is not None:
+        return await _run_chaos(settings, herd=herd, api=api)
+    # The logs must outlive the cluster: they are read for tracebacks once every process has stopped.
+    with tempfile.TemporaryDirectory(prefix="sim-chaos-") as work_dir:
+        return await _run_chaos(replace(settings, work_dir=Path(work_dir)), herd=herd, api=api)
+
+
+async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend) -> ChaosResult:
+    assert settings.work_dir is not None
     began = time.monotonic()
     span = settings.minutes * 60.0
     plan = FaultPlan(settings=settings.faults, seed=settings.seed, span_seconds=span)
@@ -330,7 +340,8 @@ async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend
                         problems.append(f"node {name}: {verdict}, no fail-open to explain it")
             watching.cancel()
             await asyncio.gather(watching, return_exceptions=True)
-            crashes = _tracebacks(sim.work_dir)
+    # After the cluster stopped: what a process logged on its way out counts too.
+    crashes = _tracebacks(settings.work_dir)
     lives = list(ledger.pods.values())
     not_ready = [p.key for p in lives if not p.deleted and p.ready_at is None and not p.finished]
     if not done:
