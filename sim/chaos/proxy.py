@@ -181,7 +181,8 @@ async def fault_proxy(
     ssl_context = config.ssl_context() if config is not None else False
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=ssl_context)) as session:
         app[SESSION] = session
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        # handler_cancellation: a handler whose client left is cancelled at once (not left pending).
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, host, 0)
         await site.start()
