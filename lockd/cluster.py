@@ -324,7 +324,10 @@ class ClusterFinisher:
                 return verdict
         patch = {
             "metadata": {
-                "annotations": {self._names.granted_at_annotation: format_rfc3339(wall)},
+                "annotations": {
+                    self._names.granted_at_annotation: format_rfc3339(wall),
+                    self._names.node_slot_annotation: format_rfc3339(wall),
+                },
                 "labels": {self._names.staggered_label: None},
             }
         }

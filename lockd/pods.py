@@ -126,10 +126,19 @@ class HeldSlot:
 
 
 def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
-    """After a restart: pods granted a slot (they carry `granted-at`) that have not started yet still hold it."""
+    """After a restart: pods this node's lockd granted a slot that have not started yet still hold it.
+
+    A slot is read from `<prefix>/node-slot`, which lockd writes at each grant. A pod without it counts by
+    its `granted-at` only when it is in no staggering group: in a group, `granted-at` may be the
+    controller's group grant of a pod still waiting for its node slot (counting those rebuilt more slots
+    than the limit, and let their pods start together; found by `python -m sim chaos`). Pods granted by
+    a lockd from before `node-slot` and in no group are still counted, so an upgrade forgets none."""
     held = []
     for pod in pods:
-        granted = (meta(pod).get("annotations") or {}).get(names.granted_at_annotation)
+        annotations = meta(pod).get("annotations") or {}
+        granted = annotations.get(names.node_slot_annotation)
+        if granted is None and names.group_key_annotation not in annotations:
+            granted = annotations.get(names.granted_at_annotation)
         if not granted or stage(pod) != "starting":
             continue
         when = parse_rfc3339(str(granted))

@@ -55,6 +55,14 @@ class Names:
         return self._name("granted-at")
 
     @property
+    def node_slot_annotation(self) -> str:
+        """When this node's lockd granted the pod its start-up slot (the node throttle's), written with
+        `granted-at` at every lockd grant: what a restarted lockd rebuilds its slots from. `granted-at`
+        alone cannot tell: the controller writes it too, for a group grant (gate and evict mode), before
+        the pod's init client has asked lockd for its node slot."""
+        return self._name("node-slot")
+
+    @property
     def scheduling_gate(self) -> str:
         return self._name("pacing")
 

@@ -108,3 +108,25 @@ def test_slots_to_rebuild_are_granted_pods_still_starting() -> None:
     rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
     assert [slot.name for slot in rebuilt] == ["first", "second"]
     assert rebuilt[0].granted_wall == pytest.approx(1795255205.25)
+
+
+def test_a_group_grant_is_no_node_slot_after_a_restart() -> None:
+    """`granted-at` on a pod of a staggering group may be the controller's group grant (gate and evict
+    mode) of a pod whose init client still waits for its node slot: only lockd's own `node-slot` counts
+    there. A pod in no group with `granted-at` alone (granted by a lockd from before `node-slot`) counts."""
+    group = {NAMES.group_key_annotation: '{"g1":""}'}
+    node_pods = [
+        pod("group-granted", annotations={**group, NAMES.granted_at_annotation: "2026-11-21T10:00:01Z"}),
+        pod(
+            "node-granted",
+            annotations={
+                **group,
+                NAMES.granted_at_annotation: "2026-11-21T10:00:02Z",
+                NAMES.node_slot_annotation: "2026-11-21T10:00:03Z",
+            },
+        ),
+        pod("older-lockd", annotations={NAMES.granted_at_annotation: "2026-11-21T10:00:04Z"}),
+    ]
+    rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
+    assert [slot.name for slot in rebuilt] == ["node-granted", "older-lockd"]
+    assert rebuilt[0].granted_wall == pytest.approx(1795255203.0)
