@@ -200,7 +200,12 @@ async def lock(request: web.Request) -> web.Response:
     if unavailable is not None:
         return unavailable
     if view is not None:
+        from lockd import cluster as cluster_mode  # loaded already: the view is cluster mode's
+
         problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
+        if isinstance(problem, cluster_mode.Unconfirmed):
+            service.metrics.count("unconfirmed")
+            return _json_error(503, problem, headers={"Retry-After": "1"})
         if problem is not None:
             service.metrics.count("forbidden")
             return _json_error(403, problem)

@@ -50,6 +50,15 @@ class IdentitySettings:
 
 
 _UNANSWERED: Final = "the API server did not answer"
+
+
+class Unconfirmed(str):
+    """A refusal `check_identity` could not confirm: the watch has not brought the pod and the API server
+    could not be asked (it failed, or no read was left). The pod may well be on this node: the caller is
+    told to ask again (503), never refused for good (403, after which its init client starts the pod
+    without a slot: `python -m sim chaos` found pods of a node started past its limit that way)."""
+
+
 """`_read`'s result when the API could not say (read failed, or none allowed): wait for the watch."""
 
 IdentityKey = tuple[str, str, str]  # namespace, name, uid
@@ -179,8 +188,8 @@ class NodeView:
         read from the API once: found on this node with that uid, it is put into the pods cache and
         decides; otherwise the refusal is remembered for `remember` seconds (asking again within that
         time reads nothing). Concurrent checks of one pod share one read, and reads are rate-bounded;
-        when no read is allowed or it fails, the check waits for the watch to deliver the pod. A check
-        takes at most `wait` seconds.
+        when no read is allowed or it fails, the check waits for the watch to deliver the pod, and if it
+        does not, the refusal is `Unconfirmed` (ask again), not final. A check takes at most `wait` seconds.
         """
         problem = self.identity_problem(namespace=namespace, name=name, uid=uid)
         if problem is None or self._watched(namespace, name, uid):
@@ -189,7 +198,10 @@ class NodeView:
         answer = await self._ask_api((namespace, name, uid))
         if answer != _UNANSWERED:
             return answer
-        return await self._wait_for_watch(namespace=namespace, name=name, uid=uid, until=until)
+        problem = await self._wait_for_watch(namespace=namespace, name=name, uid=uid, until=until)
+        if problem is None or self._watched(namespace, name, uid):
+            return problem
+        return Unconfirmed(f"{problem}; the API server could not confirm it: ask again")
 
     def _watched(self, namespace: str, name: str, uid: str) -> bool:
         """The cache has this very pod (then its view is final: finished or being deleted stays so)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lockd.cluster import IdentitySettings, NodeView
+from lockd.cluster import IdentitySettings, NodeView, Unconfirmed
 from sim.emulator.server import ApiServer
 from stagger.informer import InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
@@ -171,6 +171,11 @@ async def test_made_up_names_cannot_read_more_than_the_budget(
     )
     assert all(answer is not None for answer in answers)
     assert reads(api) == before + 3
+    # Three were read (404: refused for good); the rest could not be confirmed: ask again (503), never a
+    # final refusal that would make an init client start its pod without a slot.
+    unconfirmed = [answer for answer in answers if isinstance(answer, Unconfirmed)]
+    assert len(unconfirmed) == 27, answers
+    assert all("ask again" in answer for answer in unconfirmed)
 
 
 async def test_with_no_read_left_the_check_waits_for_the_watch(
