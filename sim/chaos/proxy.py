@@ -61,6 +61,14 @@ class FaultProxy:
     token: str | None = None
     """A bearer token to send upstream in place of the client's (a real API server's)."""
     open: set[asyncio.Transport] = field(default_factory=set)
+    armed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Faults are injected only once armed; the plan's times count from then (`arm`)."""
+
+    def arm(self) -> None:
+        """Start injecting faults now (a chaos run arms the proxy once its cluster is up: the processes
+        start as in a cluster that ran before the herd and its troubles)."""
+        self.started = time.monotonic()
+        self.armed.set()
 
     def track(self, request: web.Request) -> None:
         """Remember the request's connection, to drop it when the API server goes down."""
@@ -79,8 +87,12 @@ class FaultProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         watch = request.query.get("watch") in ("true", "1")
         version = request.query.get("resourceVersion", "")
-        fault = self.plan.decide(
-            method=request.method, watch=watch, resumed=watch and version not in ("", "0"), now=self.now()
+        fault = (
+            self.plan.decide(
+                method=request.method, watch=watch, resumed=watch and version not in ("", "0"), now=self.now()
+            )
+            if self.armed.is_set()
+            else None
         )
         if fault is not None and (fault.kind == "outage" or (fault.kind == "reset" and not fault.after)):
             return _reset(request)
@@ -169,12 +181,18 @@ def _reset(request: web.Request) -> web.Response:
 
 @contextlib.asynccontextmanager
 async def fault_proxy(
-    *, upstream: str, plan: FaultPlan, config: ClusterConfig | None = None, host: str = "127.0.0.1"
+    *,
+    upstream: str,
+    plan: FaultPlan,
+    config: ClusterConfig | None = None,
+    host: str = "127.0.0.1",
+    armed: bool = True,
 ) -> AsyncIterator[FaultProxy]:
     """The proxy on a free port of `host` for the duration of the block. `config`: how to reach a real
     API server (TLS, client certificate or token): the proxy speaks plain HTTP on loopback to its clients
     and authenticates upstream as `config` says (the sim gives lockd and the controller the admin's
-    credentials on a real control plane anyway, so nobody's identity changes)."""
+    credentials on a real control plane anyway, so nobody's identity changes). `armed` False: no fault
+    until `FaultProxy.arm`."""
     proxy = FaultProxy(upstream=upstream.rstrip("/"), plan=plan, token=config.token if config else None)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
@@ -190,7 +208,8 @@ async def fault_proxy(
         assert isinstance(server, asyncio.base_events.Server)
         port = server.sockets[0].getsockname()[1]
         proxy.url = f"http://{host}:{port}"
-        proxy.started = time.monotonic()
+        if armed:
+            proxy.arm()
         watcher = asyncio.create_task(_outages(proxy), name="chaos-outages")
         try:
             yield proxy
@@ -202,6 +221,7 @@ async def fault_proxy(
 
 async def _outages(proxy: FaultProxy) -> None:
     """At the start of each outage, drop every open connection (a watch holds one for minutes)."""
+    await proxy.armed.wait()
     for outage in proxy.plan.outages:
         await asyncio.sleep(max(0.0, outage.start - proxy.now()))
         proxy.drop_all()

@@ -262,7 +262,7 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
     kills: list[str] = []
     problems: list[str] = []
     upstream = api.cluster_config() if api.kubeconfig is not None else None
-    async with fault_proxy(upstream=api.url, plan=plan, config=upstream) as proxy:
+    async with fault_proxy(upstream=api.url, plan=plan, config=upstream, armed=False) as proxy:
         cluster = ClusterSettings.from_scenario(
             replace(scenario, stagger=replace(scenario.stagger, controller_replicas=2)),
             stagger_api_url=proxy.url,
@@ -272,6 +272,9 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
             lockd_env=lockd_env,
         )
         async with SimCluster(api=api, settings=cluster) as sim:
+            # Faults from now on: the processes came up as in a cluster that ran before the herd (a
+            # fault during lockd's first list made a loaded machine's start-up miss its 20 s).
+            proxy.arm()
             if sim.controller is not None:
                 # The API server's admission calls go through the stand-in Service: held back past the
                 # webhook's timeoutSeconds inside the plan's windows.
