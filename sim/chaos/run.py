@@ -70,6 +70,9 @@ class ChaosSettings:
     """Added to a pod's bound: the time to notice a fault (an informer's back-off, a lease expiring)."""
     max_wait_seconds: float = 600.0
     """The init client's max-wait (`STAGGER_MAX_WAIT`, 10m): a pod never waits longer for lockd."""
+    slot_settle_seconds: float = 45.0
+    """Once every pod is Ready, how long lockd may take to see it (its watch may be in its back-off after
+    an outage, up to 30 s) before a slot still held counts as outliving its pod."""
     clock_skew_seconds: float = 30.0
     """One node's lockd runs with its wall clock this far ahead or behind (libfaketime; 0: none), as
     with a node whose NTP is off: the granted-at it writes and reads are skewed, its monotonic clock not."""
@@ -235,8 +238,9 @@ async def _kills(
                 done.append(f"controller leader {leader} at {moment:.0f}s")
             await asyncio.sleep(rng.uniform(1.0, 4.0))
             if what in ("lockd", "both"):
+                # Started again as its DaemonSet would, without waiting: during an outage it may take its
+                # informers' back-off (up to 30 s) to be ready, and its callers get 503 meanwhile.
                 await sim.lockds[node].start()
-                await sim.lockds[node].wait_ready(session=session, deadline=30.0)
             if what in ("leader", "both") and controller is not None and leader is not None:
                 await controller.restart(leader)
 
@@ -326,7 +330,7 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
                 )
                 problems.extend(released)
             jobs = await sim.client.list(JOBS, namespace=herd.namespace)
-            slots = await _lockd_slots(sim)
+            slots = await _lockd_slots(sim, within=settings.slot_settle_seconds)
             fail_opens: Counter[str] = Counter()
             node_violations: dict[str, str] = {}
             unmutated = [p for p in ledger.pods.values() if p.unmutated]
@@ -484,8 +488,18 @@ async def _slots_by_node(sim: SimCluster, session: aiohttp.ClientSession) -> dic
     return held
 
 
-async def _lockd_slots(sim: SimCluster) -> list[str]:
-    """The slots every lockd still holds (each should have ended when its pod was Ready)."""
+async def _lockd_slots(sim: SimCluster, *, within: float) -> list[str]:
+    """The slots lockd still holds `within` seconds after every pod was Ready (asked every second until
+    none is left): each should have ended when its pod was Ready."""
+    deadline = time.monotonic() + within
+    while True:
+        held = await _held_slots(sim)
+        if not held or time.monotonic() >= deadline:
+            return held
+        await asyncio.sleep(1.0)
+
+
+async def _held_slots(sim: SimCluster) -> list[str]:
     held: list[str] = []
     async with aiohttp.ClientSession() as session:
         for name, lockd in sim.lockds.items():
