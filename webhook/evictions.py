@@ -9,8 +9,9 @@ events for it are ignored (`Pacing.evicted`).
 
 Refusals: 429 (a PodDisruptionBudget, or the API server's own limits) backs off for the Retry-After the
 API server names (`details.retryAfterSeconds`), else `--eviction-backoff` doubled per failure up to a
-minute; 404 and 409 (the pod is gone or is another one now) free the place at once; anything else backs
-off likewise. A pod held by nodeSelector is Pending, and so is a stub pod behind its blocking init
+minute; 404 and 409 (the pod is gone or is another one now) free the place at once; other errors back
+off likewise. No answer at all (the connection dropped, a timeout) is not a refusal: the eviction may
+have been done, so the pod stays reserved and in flight until the watch tells (see `release`). A pod held by nodeSelector is Pending, and so is a stub pod behind its blocking init
 container: the Eviction API deletes Pending pods without consulting budgets (eviction.go canIgnorePDB),
 so 429s should be rare.
 """
@@ -80,6 +81,8 @@ class EvictionReconciler(Releaser):
         self._released = released  # an evicted pod (for its Event)
         self._monotonic = monotonic
         self._backoffs: dict[PodKey, _Backoff] = {}
+        # Pods (uid) whose eviction got no answer: a 404 or 409 when evicting them again means it was done.
+        self._unanswered: set[str] = set()
         self.stats = EvictionStats()
 
     def backing_off(self) -> int:
@@ -115,6 +118,11 @@ class EvictionReconciler(Releaser):
         try:
             await self._client.evict(namespace=record.namespace, name=record.name, uid=record.uid or None)
         except ApiError as err:
+            if err.status in (404, 409) and record.uid in self._unanswered:
+                # An earlier eviction of this very pod went unanswered: it was done after all.
+                self._unanswered.discard(record.uid)
+                self._done(record, reason)
+                return
             self._pacing.eviction_failed(record)
             if err.status in (404, 409):
                 self._refused(key, "gone", retry_after=None)
@@ -127,10 +135,27 @@ class EvictionReconciler(Releaser):
                 logger.warning("could not evict %s/%s: %s", *key, err)
             return
         except (aiohttp.ClientError, TimeoutError) as err:
-            self._pacing.eviction_failed(record)
-            self._refused(key, "error", retry_after=None)
-            logger.warning("could not evict %s/%s: %s", *key, err or type(err).__name__)
+            # No answer: the API server may have evicted the pod (the connection dropped after). The pod
+            # stays reserved and its eviction in flight, so that its deletion, when the watch shows it,
+            # makes its owner's reservation (`Pacing.pod_deleted`); taking the place back would free it
+            # for another pod and hold the replacement again (a second eviction for one release: found by
+            # `python -m sim chaos`). If nothing happened, the reservation lapses (RESERVATION_SECONDS)
+            # and the pod is evicted again; a 404 or 409 then means this eviction was done after all.
+            self.stats.count("error")
+            self._result("error")
+            if record.uid:
+                self._unanswered.add(record.uid)
+            logger.warning(
+                "eviction of %s/%s got no answer (%s): waiting for the watch to show whether it was done",
+                *key,
+                err or type(err).__name__,
+            )
             return
+        self._unanswered.discard(record.uid)
+        self._done(record, reason)
+
+    def _done(self, record: PodRecord, reason: str) -> None:
+        key = record.key
         self._backoffs.pop(key, None)
         claim = self._pacing.evicted(record)
         self.stats.count("evicted")

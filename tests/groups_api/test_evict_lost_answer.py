@@ -1,0 +1,104 @@
+"""`evict` mode when the Eviction API's answer is lost: the API server evicts the held pod, then the
+connection drops before the controller hears it (the chaos runs' `reset` after the request was done).
+The controller must not take that as a failure: the pod's deletion, seen by its watch, becomes the owner's
+reservation, and the owner's replacement is let through against it, not held (a second eviction for one
+release) while another owner's held pod stays held. The controller reaches the API emulator through
+`sim.chaos.proxy`, which drops the answer of the first eviction only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from sim.chaos.faults import Fault, FaultPlan, FaultSettings
+from sim.chaos.proxy import SESSION, FaultProxy
+from sim.emulator.server import ApiServer
+from sim.kubeconfig import write_kubeconfig
+from tests.emulator.webhook_server import configuration, hook
+from tests.groups_api.controller import TOKEN, WEBHOOKS, Api
+from tests.groups_api.test_evict_mode import POLICY, held, notes, owned
+from tests.webhook.process import BANNER, Certs, start_webhook, tls_args
+from tests.webhook.reviews import ENABLE, NAMES
+
+pytestmark = pytest.mark.e2e
+
+
+class LoseFirstEvictionAnswer(FaultProxy):
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST" and request.path.endswith("/eviction") and not self.plan.counts["reset"]:
+            self.plan.counts["reset"] += 1
+            return await self._forward(request, fault=Fault("reset", after=True), watch=False)
+        return await self._forward(request, fault=None, watch=request.query.get("watch") in ("true", "1"))
+
+
+async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reservation(
+    tmp_path: Path,
+) -> None:
+    certs = Certs.write(tmp_path / "tls")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "policies.yaml").write_text(POLICY)
+    plan = FaultPlan(settings=FaultSettings.none(), seed=1, span_seconds=1)
+    async with ApiServer() as server, aiohttp.ClientSession() as upstream_session:
+        proxy = LoseFirstEvictionAnswer(upstream=server.url, plan=plan)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", proxy.handle)
+        app[SESSION] = upstream_session
+        runner = web.AppRunner(app, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", token=server.settings.token)
+        process = start_webhook(
+            *tls_args(certs),
+            *("--policies", str(tmp_path / "policies.yaml"), "--kubeconfig", str(tmp_path / "kubeconfig")),
+            *("--token-file", str(tmp_path / "token"), "--no-leader-elect", "--grant-drain", "0.5s"),
+            *("--log-level", "info"),
+        )
+        try:
+            match = await asyncio.to_thread(process.wait_for_line, BANNER)
+            async with aiohttp.ClientSession() as session:
+                api = Api(server, session)
+                hooked = configuration(
+                    "stagger",
+                    hook(
+                        "pods.stagger.example.com",
+                        {"url": f"https://127.0.0.1:{match[2]}/mutate/pods", "caBundle": certs.ca_bundle},
+                        objectSelector={"matchLabels": {ENABLE: "1"}},
+                        failurePolicy="Fail",
+                        timeoutSeconds=8,
+                        sideEffects="None",
+                        reinvocationPolicy="IfNeeded",
+                    ),
+                )
+                status, body = await api.call("POST", WEBHOOKS, hooked)
+                assert status == 201, body
+                await asyncio.to_thread(process.wait_for_line, r"granting: ")
+                first = await api.create_pod(owned("web-a", "web"))
+                assert not held(first)
+                second = await api.create_pod(owned("web-b", "web"))
+                assert held(second)
+                other = await api.create_pod(owned("api-a", "api"))
+                assert held(other)
+                await api.make_ready("web-a")
+                # web-b is evicted (its answer lost), web's replacement comes against the reservation.
+                deadline = time.monotonic() + 20
+                while (await api.call("GET", "/api/v1/namespaces/default/pods/web-b"))[0] != 404:
+                    assert time.monotonic() < deadline, "web-b never evicted"
+                    await asyncio.sleep(0.05)
+                assert plan.counts["reset"] == 1
+                await asyncio.sleep(1.0)  # the watch shows the deletion to the controller
+                replacement = await api.create_pod(owned("web-c", "web"))
+                assert not held(replacement), notes(replacement)
+                assert notes(replacement)[NAMES.ticket_annotation]
+                assert NAMES.held_since_annotation in notes(replacement)  # the chain's first hold
+                still = await api.get_pod("api-a")
+                assert held(still), "another owner's pod took the evicted pod's place"
+        finally:
+            await asyncio.to_thread(process.stop)
+            await runner.cleanup()
