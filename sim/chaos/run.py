@@ -34,7 +34,7 @@ from sim.chaos.faults import FaultPlan, FaultSettings
 from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
 from sim.chaos.proxy import fault_proxy
 from sim.cluster.backend import ApiBackend
-from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.groupwatch import GroupWatch, PodTrace
 from sim.cluster.nodeagent import node_name
 from sim.cluster.progress import ProgressWatch, Target
 from sim.cluster.scenario import pod_template, workload_manifest
@@ -436,24 +436,29 @@ def _check_releases(watches: dict[str, GroupWatch], *, leader_killed: bool) -> t
     problems: list[str] = []
     again = 0
     for name, watch in watches.items():
-        holds: dict[tuple[str, str], list[str]] = {}
+        holds: dict[tuple[str, str], list[PodTrace]] = {}
         for trace in watch.pods.values():
             if trace.disrupted and trace.hold is None:
                 problems.append(f"{name}: {trace.namespace}/{trace.name} was evicted but never held")
-            if trace.hold is not None and trace.held_since:
-                holds.setdefault((trace.owner, trace.held_since), []).append(
-                    f"{trace.namespace}/{trace.name}"
-                )
-        for (owner, _), pods in holds.items():
-            # Two pods of one owner held with the same held-since: the later one carried the chain of
-            # an evicted pod (its owner's reservation) and was held again.
-            if owner and len(pods) > 1:
+            if trace.hold is not None and trace.held_since and trace.owner:
+                holds.setdefault((trace.owner, trace.held_since), []).append(trace)
+        for traces in holds.values():
+            # A pod held with the held-since of a pod of its owner evicted before it appeared carried
+            # that pod's chain (its owner's reservation) and was held again. (Pods of one burst may share
+            # a held-since to the millisecond: all of them appear before any is evicted.)
+            for trace in traces:
+                evicted = [
+                    t
+                    for t in traces
+                    if t is not trace and t.deleted_at is not None and t.deleted_at <= trace.seen_at
+                ]
+                if not evicted:
+                    continue
                 if leader_killed:
-                    again += len(pods) - 1
+                    again += 1
                 else:
-                    problems.append(
-                        f"{name}: a replacement held again, the chain of {', '.join(sorted(pods))}"
-                    )
+                    chain = ", ".join(sorted(f"{t.namespace}/{t.name}" for t in [*evicted, trace]))
+                    problems.append(f"{name}: a replacement held again, the chain of {chain}")
     return problems, again
 
 
