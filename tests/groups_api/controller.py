@@ -119,6 +119,26 @@ class Api:
         assert status == 200, body
 
 
+async def register_pod_webhook(
+    api: Api, *, url: str, certs: Certs, failure_policy: str = "Ignore", timeout_seconds: int = 5
+) -> None:
+    """Register the controller at `url` as the API server's mutating webhook for enabled pods."""
+    hooked = configuration(
+        "stagger",
+        hook(
+            "pods.stagger.example.com",
+            {"url": f"{url}/mutate/pods", "caBundle": certs.ca_bundle},
+            objectSelector={"matchLabels": {ENABLE: "1"}},
+            failurePolicy=failure_policy,
+            timeoutSeconds=timeout_seconds,
+            sideEffects="None",
+            reinvocationPolicy="IfNeeded",
+        ),
+    )
+    status, body = await api.call("POST", WEBHOOKS, hooked)
+    assert status == 201, body
+
+
 @contextlib.asynccontextmanager
 async def running_controller(
     *,
@@ -157,21 +177,8 @@ async def running_controller(
         process.probe_url = f"http://127.0.0.1:{match[3]}"
         async with aiohttp.ClientSession() as session:
             api = Api(server, session)
-            hooked = configuration(
-                "stagger",
-                hook(
-                    "pods.stagger.example.com",
-                    {"url": f"{process.url}/mutate/pods", "caBundle": certs.ca_bundle},
-                    objectSelector={"matchLabels": {ENABLE: "1"}},
-                    failurePolicy="Ignore",
-                    timeoutSeconds=5,
-                    sideEffects="None",
-                    reinvocationPolicy="IfNeeded",
-                ),
-            )
             if register:
-                status, body = await api.call("POST", WEBHOOKS, hooked)
-                assert status == 201, body
+                await register_pod_webhook(api, url=process.url, certs=certs)
             controller = Controller(process=process, certs=certs, session=session)
             await controller.until(lambda groups: groups.get("granting") == granting and groups.get("leader"))
             yield controller

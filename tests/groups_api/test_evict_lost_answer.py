@@ -19,11 +19,10 @@ from sim.chaos.faults import Fault, FaultPlan, FaultSettings
 from sim.chaos.proxy import SESSION, FaultProxy
 from sim.emulator.server import ApiServer
 from sim.kubeconfig import write_kubeconfig
-from tests.emulator.webhook_server import configuration, hook
-from tests.groups_api.controller import TOKEN, WEBHOOKS, Api
+from tests.groups_api.controller import TOKEN, Api, register_pod_webhook
 from tests.groups_api.test_evict_mode import POLICY, held, notes, owned
 from tests.webhook.process import BANNER, Certs, start_webhook, tls_args
-from tests.webhook.reviews import ENABLE, NAMES
+from tests.webhook.reviews import NAMES
 
 pytestmark = pytest.mark.e2e
 
@@ -64,20 +63,13 @@ async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reser
             match = await asyncio.to_thread(process.wait_for_line, BANNER)
             async with aiohttp.ClientSession() as session:
                 api = Api(server, session)
-                hooked = configuration(
-                    "stagger",
-                    hook(
-                        "pods.stagger.example.com",
-                        {"url": f"https://127.0.0.1:{match[2]}/mutate/pods", "caBundle": certs.ca_bundle},
-                        objectSelector={"matchLabels": {ENABLE: "1"}},
-                        failurePolicy="Fail",
-                        timeoutSeconds=8,
-                        sideEffects="None",
-                        reinvocationPolicy="IfNeeded",
-                    ),
+                await register_pod_webhook(
+                    api,
+                    url=f"https://127.0.0.1:{match[2]}",
+                    certs=certs,
+                    failure_policy="Fail",
+                    timeout_seconds=8,
                 )
-                status, body = await api.call("POST", WEBHOOKS, hooked)
-                assert status == 201, body
                 await asyncio.to_thread(process.wait_for_line, r"granting: ")
                 first = await api.create_pod(owned("web-a", "web"))
                 assert not held(first)

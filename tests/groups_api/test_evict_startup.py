@@ -18,11 +18,10 @@ from aiohttp import web
 
 from sim.emulator.server import ApiServer
 from sim.kubeconfig import write_kubeconfig
-from tests.emulator.webhook_server import configuration, hook
-from tests.groups_api.controller import TOKEN, WEBHOOKS, Api
+from tests.groups_api.controller import TOKEN, Api, register_pod_webhook
 from tests.groups_api.test_evict_mode import POLICY, held, notes, owned
 from tests.webhook.process import BANNER, Certs, start_webhook, tls_args
-from tests.webhook.reviews import ENABLE, NAMES
+from tests.webhook.reviews import NAMES
 
 pytestmark = pytest.mark.e2e
 
@@ -115,20 +114,13 @@ async def test_a_pod_created_while_the_leader_lists_is_decided_on_its_counts(
             match = await asyncio.to_thread(process.wait_for_line, BANNER)
             async with aiohttp.ClientSession() as session:
                 api = Api(server, session)
-                hooked = configuration(
-                    "stagger",
-                    hook(
-                        "pods.stagger.example.com",
-                        {"url": f"https://127.0.0.1:{match[2]}/mutate/pods", "caBundle": certs.ca_bundle},
-                        objectSelector={"matchLabels": {ENABLE: "1"}},
-                        failurePolicy="Ignore",
-                        timeoutSeconds=8,
-                        sideEffects="None",
-                        reinvocationPolicy="IfNeeded",
-                    ),
+                await register_pod_webhook(
+                    api,
+                    url=f"https://127.0.0.1:{match[2]}",
+                    certs=certs,
+                    failure_policy="Ignore",
+                    timeout_seconds=8,
                 )
-                status, body = await api.call("POST", WEBHOOKS, hooked)
-                assert status == 201, body
                 # The pod reaches admission while the controller's pod list is still held by the proxy.
                 assert proxy.lists_answered == 0
                 first = await api.create_pod(owned("web-a", "web"))
