@@ -12,13 +12,13 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
-import psutil
 from aiohttp import web
 
 from lockd import ledger, load, params, statefile, status
@@ -654,7 +654,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
             if settings.load_file
             else load.SystemLoad(proc_root=settings.proc_root)
         )
-    cores = settings.cores or psutil.cpu_count(logical=True) or 1
+    cores = settings.cores or os.cpu_count() or 1
     cache = LoadCache(sample=reader.read())
     app_metrics = Metrics()
     _publish_load(app_metrics, cache.sample)

@@ -3,20 +3,24 @@
 Sources, in order of preference:
 - a load file (`--load-file`, a testing aid: the simulated cluster writes each node's modelled load
   there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0}`),
-- psutil for CPU, and Linux pressure stall information (`/proc/pressure/io`, "some avg10") for IO where the
-  kernel has it, else the iowait share of CPU time. Both are read under `--proc-root` (default /proc): a
+- the CPU times in `/proc/stat` for CPU, and Linux pressure stall information (`/proc/pressure/io`, "some
+  avg10") for IO where the kernel has it, else the iowait share of CPU time. Both are read under
+  `--proc-root` (default /proc): a
   container's own /proc already shows the whole node's CPU and PSI on standard runtimes, but not where
   /proc is virtualised (lxcfs, sandboxed runtimes); there the host's /proc is mounted and named instead.
+
+`/proc/stat` is read here rather than through psutil: the two shares lockd needs are a subtraction of
+two lines, and psutil (with the pickle, glob and datetime modules it loads) cost about 1 MiB of every
+node's lockd (issue 14's memory goal), and its /proc root is a process-wide setting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-import psutil
 
 from stagger.throttles import LoadSample
 
@@ -44,31 +48,92 @@ def parse_psi_some_avg10(text: str) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class CpuTimes:
+    """The machine's CPU time so far, in clock ticks, from the first (`cpu `) line of /proc/stat."""
+
+    total: int
+    idle: int
+    iowait: int | None
+    """None on kernels that do not count it (the line has fewer than five fields)."""
+
+
+def parse_proc_stat(text: str) -> CpuTimes | None:
+    """`cpu  user nice system idle iowait irq softirq steal guest guest_nice` -> CpuTimes; None when the
+    line is missing or malformed. guest and guest_nice are already counted in user and nice (proc(5)), so
+    they are left out of the total, as psutil and top do."""
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0] != "cpu":
+            continue
+        try:
+            ticks = [int(value) for value in fields[1:]]
+        except ValueError:
+            return None
+        if len(ticks) < 4:
+            return None
+        counted = ticks[:8]  # user .. steal
+        iowait = ticks[4] if len(ticks) > 4 else None
+        return CpuTimes(total=sum(counted), idle=ticks[3], iowait=iowait)
+    return None
+
+
+def cpu_shares(before: CpuTimes, after: CpuTimes) -> tuple[float, float | None] | None:
+    """(busy %, iowait %) of the CPU time between two readings; None when no tick passed (or the counters
+    went back, as after a host's /proc was swapped), so that the caller keeps its last reading. Busy is what
+    is neither idle nor waiting for IO, as psutil's cpu_percent counts it."""
+    elapsed = after.total - before.total
+    if elapsed <= 0:
+        return None
+    iowait = None
+    if before.iowait is not None and after.iowait is not None:
+        iowait = max(0, after.iowait - before.iowait)
+    idle = max(0, after.idle - before.idle) + (iowait or 0)
+    busy = min(100.0, max(0.0, 100.0 * (elapsed - idle) / elapsed))
+    return busy, (None if iowait is None else min(100.0, 100.0 * iowait / elapsed))
+
+
 class SystemLoad:
-    """psutil CPU percent since the previous read, and IO pressure (PSI) or the iowait share."""
+    """CPU busy share since the previous read (from `<proc_root>/stat`), and IO pressure (PSI) or the
+    iowait share."""
 
     def __init__(self, *, proc_root: Path = PROC_ROOT) -> None:
+        self._stat_path = proc_root / "stat"
         self._psi_path = proc_root / "pressure" / "io"
-        # psutil reads <PROCFS_PATH>/stat for CPU times; one process-wide setting, made before the first read.
-        psutil.PROCFS_PATH = str(proc_root)
-        # psutil measures between calls; prime both so the first real sample means something.
-        psutil.cpu_percent(interval=None)
-        psutil.cpu_times_percent(interval=None)
+        self._warned = False
+        # Shares are measured between reads: this first reading is the start of the first interval.
+        self._last = self._times()
+        self._cpu: float | None = None
+        self._iowait: float | None = None
 
-    def _io(self) -> tuple[float | None, str]:
+    def _times(self) -> CpuTimes | None:
+        try:
+            times = parse_proc_stat(self._stat_path.read_text())
+            problem = "no cpu line in it"
+        except OSError as err:
+            times, problem = None, str(err)
+        if times is None and not self._warned:
+            # Once, not every second: a load throttle with no reading does not act (it fails open).
+            logger.warning(
+                "cannot read CPU times from %s (%s); CPU load unknown until it can", self._stat_path, problem
+            )
+        self._warned = times is None
+        return times
+
+    def read(self) -> LoadSample:
+        now = self._times()
+        if now is not None and self._last is not None:
+            shares = cpu_shares(self._last, now)
+            if shares is not None:
+                self._cpu, self._iowait = shares
+        self._last = now if now is not None else self._last
         try:
             psi = parse_psi_some_avg10(self._psi_path.read_text())
         except OSError:
             psi = None
         if psi is not None:
-            return psi, "psutil+psi"
-        iowait = getattr(psutil.cpu_times_percent(interval=None), "iowait", None)
-        return (float(iowait) if iowait is not None else None), "psutil+iowait"
-
-    def read(self) -> LoadSample:
-        cpu = float(psutil.cpu_percent(interval=None))
-        io, source = self._io()
-        return LoadSample(cpu_percent=cpu, io_percent=io, source=source)
+            return LoadSample(cpu_percent=self._cpu, io_percent=psi, source="stat+psi")
+        return LoadSample(cpu_percent=self._cpu, io_percent=self._iowait, source="stat+iowait")
 
 
 class FileLoad:

@@ -48,7 +48,7 @@ class Settings:
     node_labels: tuple[tuple[str, str], ...] = ()
     cores: int | None = None
     load_file: Path | None = None
-    # Where the machine's /proc is: psutil's CPU times and the IO pressure file (<proc_root>/pressure/io).
+    # Where the machine's /proc is: its CPU times (<proc_root>/stat) and IO pressure (<proc_root>/pressure/io).
     proc_root: Path = Path("/proc")
     sample_interval: float = 1.0
     waiter_idle_timeout: float = 30.0

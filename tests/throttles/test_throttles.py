@@ -31,6 +31,10 @@ def make(config: policy.ThrottleConfig, *, cores: int = 4, cpu: float | None = 0
         pytest.param(policy.MaxConcurrent(per_core=0.5, value=7), 4, 7, id="value-wins"),
         pytest.param(policy.MaxConcurrent(per_core=0.3), 5, 2, id="rounds-up"),
         pytest.param(policy.MaxConcurrent(per_core=0.1), 1, 1, id="at-least-one"),
+        # 0.14 * 50 is 7.000000000000001 in floats: still 7 slots, not 8.
+        pytest.param(policy.MaxConcurrent(per_core=0.14), 50, 7, id="float-error-is-not-one-more"),
+        pytest.param(policy.MaxConcurrent(per_core=0.56), 50, 28, id="float-error-larger"),
+        pytest.param(policy.MaxConcurrent(per_core=0.35), 3, 2, id="exact-fraction-rounds-up"),
     ],
 )
 def test_concurrency_limit(config: policy.MaxConcurrent, cores: int, limit: int) -> None:
