@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import aiohttp
 from aiohttp import web
 
-from lockd import ledger, load, params, statefile, status
+from lockd import heap, ledger, load, params, statefile, status
 from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
 from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
@@ -498,7 +498,7 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
             node=settings.node_name,
             names=names,
             own_pod=settings.own_pod,
-            informer_settings=InformerSettings(),
+            informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
         )
         state.view = view
         group_client = None
@@ -556,6 +556,7 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
             service.restore(pods.slots_to_rebuild(view.pods.objects(), names=names))
             choose_policy(app)
             service.ready = True
+            heap.trim()  # the first list's decoded pods are garbage now
             logger.info(
                 "listed %d pods on node %s; ready (node policy %s)",
                 len(view.pods.store),
@@ -580,6 +581,10 @@ async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _trim_heap(app: web.Application) -> None:
+    heap.trim()
 
 
 async def _close_service(app: web.Application) -> None:
@@ -682,7 +687,9 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     app[BODIES] = EncodedBodies()
     if cluster_state is not None:
         app[CLUSTER] = cluster_state
-        app.cleanup_ctx.append(_cluster_parts)
+        app.cleanup_ctx.append(_cluster_parts)  # trims the heap once the node's pods are listed
+    else:
+        app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
     app.router.add_route("GET", "/v1/lock", lock)
     app.router.add_route("POST", "/v1/lock", lock)
     app.router.add_route("DELETE", "/v1/lock", unlock)

@@ -59,6 +59,11 @@ class InformerSettings:
     retry_jitter: float = 0.5
     """Each pause is shortened by a random share of itself, up to this fraction, so that many informers
     that lost the same API server do not all come back in the same instant."""
+    list_page_size: int = 500
+    """Items per list request (0: the whole list in one answer). A list is read in pages and each page is
+    made lean (the `transform`) before the next is read, so the memory a list needs at once is one page
+    decoded, not the whole list: decoded JSON is several times its size, and what a process frees after
+    such a peak mostly stays with it. 500 is client-go's page size."""
 
 
 def retry_delay(failures: int, *, settings: InformerSettings, jitter: float) -> float:
@@ -200,17 +205,51 @@ class Informer:
         self._down_since = None
         self._failures = 0
 
-    async def _relist(self) -> str:
-        listed = await self._client.list(
+    async def _list_page(
+        self, *, limit: int, continue_token: str | None
+    ) -> tuple[list[Obj], str, str | None]:
+        """One page: its items (made lean), the list's resourceVersion, and the next page's token."""
+        page = await self._client.list(
             self.resource,
             namespace=self._namespace,
             label_selector=self._label_selector,
             field_selector=self._field_selector,
+            limit=limit,
+            continue_token=continue_token,
         )
-        self.relists += 1
-        items = listed.get("items") or []
+        items = page.get("items") or []
         if self._transform is not None:
             items = [self._transform(item) for item in items]
+        metadata = page.get("metadata") or {}
+        return items, str(metadata.get("resourceVersion") or "0"), metadata.get("continue") or None
+
+    async def _list(self) -> tuple[list[Obj], str]:
+        """The whole list, in pages of `list_page_size`. Every page of one list is served at the first
+        page's resourceVersion, so together they are one consistent snapshot. A continue token can expire
+        (410) if a list takes longer than etcd keeps its revision (about 5 minutes); the list is then read
+        again whole, in one request, as client-go's pager does (`FullListIfExpired`).
+        https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks"""
+        limit = self._settings.list_page_size
+        items, version, token = await self._list_page(limit=limit, continue_token=None)
+        while token is not None:
+            try:
+                page, version, token = await self._list_page(limit=limit, continue_token=token)
+            except ApiError as err:
+                if err.status != 410:
+                    raise
+                logger.info(
+                    "%s list: continue token expired (%s); listing again in one request",
+                    self.resource.plural,
+                    err,
+                )
+                items, version, token = await self._list_page(limit=0, continue_token=None)
+                break
+            items.extend(page)
+        return items, version
+
+    async def _relist(self) -> str:
+        items, version = await self._list()
+        self.relists += 1
         fresh: dict[str, Obj] = {cache_key(item): item for item in items}
         for key in [k for k in self.store if k not in fresh]:
             self._notify("DELETED", self.store.pop(key))
@@ -219,7 +258,7 @@ class Informer:
             self.store[key] = item
             self._notify("MODIFIED" if existed else "ADDED", item)
         self.synced.set()
-        return str((listed.get("metadata") or {}).get("resourceVersion") or "0")
+        return version
 
     async def _watch(self) -> None:
         assert self.resource_version is not None

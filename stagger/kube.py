@@ -363,8 +363,16 @@ class RestClient:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> dict[str, Any]:
+        """One list request; with `limit`, one page of at most that many items, and `metadata.continue`
+        in the answer names the next page (empty on the last one)."""
         params = _selectors(label_selector=label_selector, field_selector=field_selector)
+        if limit:
+            params["limit"] = str(limit)
+        if continue_token:
+            params["continue"] = continue_token
         return await self.request("GET", resource.path(namespace=namespace), params=params)
 
     async def create(
