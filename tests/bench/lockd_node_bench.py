@@ -5,7 +5,10 @@ in cluster mode on the API emulator), each figure next to its reference measured
   and the same from /proc/PID/task/*/schedstat, which resolves what psutil's 10 ms ticks cannot) at rest
   and with 110 and 250 long-pollers (`wait=30`, each asking again as soon as it is answered, as the init
   client does) queued behind a held slot; the same at rest and with 250 in cluster mode, where lockd
-  reads a plain kubeconfig as it reads its service account in a pod;
+  reads a plain kubeconfig as it reads its service account in a pod. lockd runs as the chart runs it:
+  `SSL_CERT_FILE` names one CA (the chart's: the service account's), not the machine's public CA bundle,
+  which aiohttp would load at import (about 1.2 MiB); RSS at rest with the public CAs (SSL_CERT_FILE
+  unset, as `make run` from a shell) and the bare aiohttp app's RSS at rest are measured beside it;
 - the 423 path (`/v1/lock` of a queued pod, and pod-startup-lock's `GET /`) and the 200 path (`/v1/lock`
   of the holder asking again) at 64 connections with `wrk -t1 -c64 -d5s --latency`: requests per second,
   p50/p99 latency and the server's CPU time per request, against `tests.bench.bare_app` (a bare aiohttp
@@ -70,11 +73,16 @@ def machine() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _process(*argv: str, ready: str, tree: Path | None = None) -> AsyncIterator[psutil.Process]:
+async def _process(
+    *argv: str, ready: str, tree: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[psutil.Process]:
     where = tree or ROOT
+    environ = clean_env(PYTHONPATH=str(where), **(env or {}))
+    if env is not None and env.get("SSL_CERT_FILE") == "":
+        del environ["SSL_CERT_FILE"]  # OpenSSL's own default: the machine's CA bundle
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        env=clean_env(PYTHONPATH=str(where)),
+        env=environ,
         cwd=where,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -89,20 +97,37 @@ async def _process(*argv: str, ready: str, tree: Path | None = None) -> AsyncIte
             await proc.wait()
 
 
+def chart_env(tmp: Path) -> dict[str, str]:
+    """lockd's environment as the chart sets it, for what changes its memory: SSL_CERT_FILE names one CA
+    (in a pod the service account's; here a trustme CA standing in for it)."""
+    import trustme
+
+    ca_file = tmp / "cluster-ca.crt"
+    trustme.CA().cert_pem.write_to_path(str(ca_file))
+    return {"SSL_CERT_FILE": str(ca_file)}
+
+
+PUBLIC_CAS = {"SSL_CERT_FILE": ""}  # unset: OpenSSL loads the machine's CA bundle, as from a shell
+
+
 @contextlib.asynccontextmanager
-async def lockd(tmp: Path, port: int, *extra: str) -> AsyncIterator[psutil.Process]:
+async def lockd(
+    tmp: Path, port: int, *extra: str, env: dict[str, str] | None = None
+) -> AsyncIterator[psutil.Process]:
     policies = tmp / "policies.yaml"
     policies.write_text(POLICY)
     argv = [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}"]
     argv += ["--policies", str(policies), "--log-level", "warning", "--max-queue", "2000", *extra]
-    async with _process(*argv, ready=f"http://127.0.0.1:{port}/readyz", tree=TREE) as proc:
+    async with _process(
+        *argv, ready=f"http://127.0.0.1:{port}/readyz", tree=TREE, env=chart_env(tmp) if env is None else env
+    ) as proc:
         yield proc
 
 
 @contextlib.asynccontextmanager
-async def bare(port: int) -> AsyncIterator[psutil.Process]:
+async def bare(port: int, *, env: dict[str, str] | None = None) -> AsyncIterator[psutil.Process]:
     argv = [sys.executable, "-m", "tests.bench.bare_app", "--port", str(port)]
-    async with _process(*argv, ready=f"http://127.0.0.1:{port}/healthz") as proc:
+    async with _process(*argv, ready=f"http://127.0.0.1:{port}/healthz", env=env) as proc:
         yield proc
 
 
@@ -249,6 +274,14 @@ async def at_rest_and_waiting(tmp: Path) -> dict[str, Any]:
             await asyncio.sleep(CPU_WINDOW)
             rows[str(count)] = {"rss_mib": rss_mib(proc), **window.shares()}
         await pollers.stop()
+    # The references for the resting figure, each a fresh process one second after it is ready.
+    for key, start in (
+        ("rss_mib_public_cas", lambda: lockd(tmp, free_port(), env=PUBLIC_CAS)),
+        ("bare_rss_mib", lambda: bare(free_port(), env=chart_env(tmp))),
+    ):
+        async with start() as proc:
+            await asyncio.sleep(1.0)
+            rows["0"][key] = rss_mib(proc)
     return rows
 
 
@@ -359,7 +392,7 @@ async def cluster_memory(tmp: Path) -> dict[str, Any]:
                 str(tmp / "policies.yaml"),
             ]
             largv += ["--log-level", "warning"]
-            async with _process(*largv, ready=f"{base}/readyz", tree=TREE) as proc:
+            async with _process(*largv, ready=f"{base}/readyz", tree=TREE, env=chart_env(tmp)) as proc:
                 await asyncio.sleep(1.0)
                 rest = rss_mib(proc)
                 holder = pods[0]
@@ -484,7 +517,10 @@ def markdown(doc: dict[str, Any]) -> str:
     out.append("Medians of " + ", ".join(f"{doc[label]['runs']} runs ({label})" for label in labels) + ".\n")
     out.append("Commands:\n")
     out += [f"- {key}: `{value}`\n" for key, value in doc["commands"].items()]
-    out.append("\n### Memory and CPU at rest and with long-pollers (standalone)\n\n" + head)
+    out.append(
+        "\n### Memory and CPU at rest and with long-pollers (standalone; SSL_CERT_FILE one CA, as the chart"
+        " runs lockd)\n\n" + head
+    )
     for count in (str(c) for c in WAITER_COUNTS):
         out.append(
             row(
@@ -493,6 +529,22 @@ def markdown(doc: dict[str, Any]) -> str:
                 TARGETS["rss_rest"] if count == "0" else TARGETS["rss_250"] if count == "250" else "",
             )
         )
+
+    def mib(value: Any) -> str:
+        return "-" if value is None else f"{value:.1f} MiB"
+
+    out.append(
+        row(
+            "RSS at rest with the machine's public CAs (SSL_CERT_FILE unset, as `make run` from a shell)",
+            lambda r: mib(r["idle_and_waiting"]["0"].get("rss_mib_public_cas")),
+        )
+    )
+    out.append(
+        row(
+            "reference: a bare aiohttp app at rest (tests.bench.bare_app, same SSL_CERT_FILE)",
+            lambda r: mib(r["idle_and_waiting"]["0"].get("bare_rss_mib")),
+        )
+    )
     for count in (str(c) for c in WAITER_COUNTS):
         out.append(
             row(
@@ -505,8 +557,8 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         )
     out.append(
-        "\n### Cluster mode (API emulator, 261 pods on the node, lockd's kubeconfig: server + token)\n\n"
-        + head
+        "\n### Cluster mode (API emulator, 261 pods on the node, lockd's kubeconfig: server + token;"
+        " SSL_CERT_FILE one CA)\n\n" + head
     )
     out.append(
         row("RSS at rest", lambda r: f"{r['cluster']['rss_mib_at_rest']:.1f} MiB", TARGETS["rss_rest"])

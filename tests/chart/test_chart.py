@@ -208,22 +208,32 @@ def test_lockd_daemonset_has_what_cluster_mode_needs() -> None:
     assert pod["tolerations"] == [{"operator": "Exists"}]
     # Shutdown must finish within the grace period: lockd answers long polls at once on SIGTERM.
     assert pod["terminationGracePeriodSeconds"] >= 6
+    # Its default trust store is the cluster's CA (its peers have their own CA files), not public CAs.
+    assert values(daemonset)["SSL_CERT_FILE"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    assert pod.get("automountServiceAccountToken", True)
 
 
 @pytest.mark.parametrize(
-    ("sets", "url", "token_file"),
+    ("sets", "url", "token_file", "trust"),
     [
-        pytest.param(("controller.enabled=false",), None, None, id="no-controller"),
+        pytest.param(
+            ("controller.enabled=false",),
+            None,
+            None,
+            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+            id="no-controller",
+        ),
         pytest.param(
             ("controller.enabled=false", "lockd.controllerUrl=https://ctl.elsewhere:8443"),
             "https://ctl.elsewhere:8443",
             "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            None,  # an outside controller may have a publicly signed certificate: the image's CAs stay
             id="external-controller",
         ),
     ],
 )
 def test_lockd_without_the_charts_controller(
-    sets: tuple[str, ...], url: str | None, token_file: str | None
+    sets: tuple[str, ...], url: str | None, token_file: str | None, trust: str | None
 ) -> None:
     docs = render(*sets)
     assert not [doc for doc in docs if "controller" in doc["metadata"]["name"]]
@@ -232,6 +242,7 @@ def test_lockd_without_the_charts_controller(
     assert plain.get("STAGGER_CONTROLLER_URL") == url
     assert plain.get("STAGGER_CONTROLLER_TOKEN_FILE") == token_file
     assert "STAGGER_CONTROLLER_CA_FILE" not in plain
+    assert plain.get("SSL_CERT_FILE") == trust
     assert [v["name"] for v in pod_spec(daemonset)["volumes"]] == ["policies"]
 
 
