@@ -23,7 +23,10 @@ The cluster: PODS_PER_NODE pods per node of CORES cores (a real cluster's densit
 LIVENESS_SECONDS, node limit K = CORES.
 
 `python -m tests.bench buys [--scales 60,600,3000] [--configs ...] [--control-plane real|emulator]
-[--out bench]` writes OUT/buys.json, OUT/buys.md and OUT/buys.png. Measures; asserts nothing.
+[--runs N] [--out bench]` writes OUT/buys.json (every run), OUT/buys.md (per cell the median of its runs,
+each run's time in brackets) and OUT/buys.png. With `--runs`, the runs of one cell are spread out (every
+cell once, then every cell again), so that a busy minute on the machine does not fall on one cell's runs.
+Measures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import logging
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -306,7 +310,55 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}"
 
 
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def cell_medians(rows: Sequence[Row]) -> list[tuple[Row, list[Row]]]:
+    """Per (pods, configuration), in first-run order: a row of the medians of its runs, and the runs.
+
+    Times and ratios are medians over the runs when every run reached all Ready, else "not reached" with
+    the median count Ready; restarts and the most starting on a node are the worst run's (a safety figure
+    is not averaged away)."""
+    cells: dict[tuple[int, str], list[Row]] = {}
+    for row in rows:
+        cells.setdefault((row.pods, row.config), []).append(row)
+    merged = []
+    for runs in cells.values():
+        first = runs[0]
+        reached = all(r.all_ready_seconds is not None for r in runs)
+
+        def med(get: Any, runs: list[Row] = runs) -> float | None:
+            values = [get(r) for r in runs]
+            return _median(values) if all(v is not None for v in values) else None
+
+        row = Row(
+            config=first.config,
+            pods=first.pods,
+            nodes=first.nodes,
+            all_ready_seconds=med(lambda r: r.all_ready_seconds) if reached else None,
+            ready_at_end=round(_median([r.ready_at_end for r in runs])),
+            restarts=max(r.restarts for r in runs),
+            max_starting_per_node=max(r.max_starting_per_node for r in runs),
+            api_requests=round(_median([r.api_requests for r in runs])),
+            api_requests_per_pod=_median([r.api_requests_per_pod for r in runs]),
+            ideal_seconds=first.ideal_seconds,
+            ratio=med(lambda r: r.ratio) if reached else None,
+            ideal_given_arrivals_seconds=med(lambda r: r.ideal_given_arrivals_seconds),
+            ratio_given_arrivals=med(lambda r: r.ratio_given_arrivals) if reached else None,
+            last_arrival_seconds=med(lambda r: r.last_arrival_seconds),
+            wall_seconds=_median([r.wall_seconds for r in runs]),
+            cpu_seconds={},
+            control_plane=first.control_plane,
+            time_scale=first.time_scale,
+        )
+        merged.append((row, runs))
+    return merged
+
+
 def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
+    cells = cell_medians(rows)
+    most = max((len(runs) for _, runs in cells), default=1)
     lines = [
         "# What stagger buys",
         "",
@@ -317,16 +369,27 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
         "pod is Ready (`sim.cluster.makespan`; the group rows with the 4/4/16 pacer); `none` against the node "
         "limit's ideal.",
         "",
+        f"Each cell: the median of its runs (up to {most}; each run's all-Ready time in brackets), the worst "
+        "run's restarts and most starting per node.",
+        "",
         "| pods | nodes | configuration | all Ready (s) | ideal (s) | ratio | ideal given arrivals (s) | ratio "
         "| last pod on its node (s) | restarts | max starting/node | API requests/pod | time scale | wall (s) |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for r, runs in cells:
         ready = (
             f"{r.all_ready_seconds:.1f}"
             if r.all_ready_seconds is not None
             else f"not reached ({r.ready_at_end} Ready)"
         )
+        if len(runs) > 1:
+            each = ", ".join(
+                f"{x.all_ready_seconds:.1f}"
+                if x.all_ready_seconds is not None
+                else f"({x.ready_at_end} Ready)"
+                for x in runs
+            )
+            ready += f" [{each}]"
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
         given = f"{r.ideal_given_arrivals_seconds:.1f}" if r.ideal_given_arrivals_seconds is not None else "-"
         ratio2 = f"{r.ratio_given_arrivals:.3f}" if r.ratio_given_arrivals is not None else "-"
@@ -347,6 +410,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [row for row, _ in cell_medians(rows)]
     scales = sorted({r.pods for r in rows})
     configs = [c for c in CONFIGS if any(r.config == c for r in rows)]
     fig, ax = plt.subplots(figsize=(10, 5))
@@ -394,19 +458,17 @@ async def run(
     knobs: Knobs = Knobs(),
     out: Path | None = None,
     command: str = "python -m tests.bench buys",
+    runs: int = 1,
 ) -> dict[str, object]:
     kind = control_plane or default_control_plane()
     rows: list[Row] = []
-    for pods in scales:
-        for config in configs:
-            print(
-                f"buys: {config} at {pods} pods on the {kind} control plane ...", file=sys.stderr, flush=True
-            )
-            row = await run_config(config, pods, control_plane=kind, knobs=knobs)
-            print(f"buys:   {row}", file=sys.stderr, flush=True)
-            rows.append(row)
-            if out is not None:
-                write(rows, out=out, command=command, knobs=knobs)
+    for pods, config in [(p, c) for _ in range(runs) for p in scales for c in configs]:
+        print(f"buys: {config} at {pods} pods on the {kind} control plane ...", file=sys.stderr, flush=True)
+        row = await run_config(config, pods, control_plane=kind, knobs=knobs)
+        print(f"buys:   {row}", file=sys.stderr, flush=True)
+        rows.append(row)
+        if out is not None:
+            write(rows, out=out, command=command, knobs=knobs)
     return {"rows": [asdict(r) for r in rows], "knobs": asdict(knobs), "machine": machine()}
 
 
@@ -455,6 +517,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the real control plane's controller-manager and scheduler client QPS (default: theirs, 20 and 50)",
     )
+    parser.add_argument("--runs", type=int, default=1, help="runs of each cell (medians reported)")
     parser.add_argument("--out", type=Path, default=Path("bench"))
 
 
@@ -481,6 +544,7 @@ def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
             knobs=knobs,
             out=args.out,
             command=command,
+            runs=max(1, args.runs),
         )
     )
 
