@@ -165,7 +165,18 @@ class Pacing:
         owner: str,
         dry_run: bool,
     ) -> AdmitDecision:
-        """Evict mode, at admission: let a new pod through now (its place claimed) or hold it."""
+        """Evict mode, at admission: let a new pod through now (its place claimed) or hold it.
+
+        A pod of an owner whose held pod is being evicted, with neither the Eviction API's answer nor the
+        watch's deletion in yet, is that pod's replacement: its owner's controller makes one only once the
+        pod is going. The eviction counts as done now, so the replacement goes against its owner's
+        reservation instead of being decided by the pacers (on a busy leader the replacement's admission
+        can come first: a CI run let two through as new pods, and their reservations then held places
+        nobody used until they lapsed)."""
+        if owner and not dry_run and not self.book.owner_claims(owner):
+            going = next((r for r in self._evicting.values() if r.owner == owner), None)
+            if going is not None:
+                self._convert(going)
         decision = groupbook.admit(
             self.book,
             policies=self.policies,

@@ -2,8 +2,9 @@
 place becomes its owner's reservation; a late watch event of that pod (from before the eviction,
 delivered after it) does not bring it back as held, so it cannot be evicted twice for one release; the
 DELETED event of the old pod leaves a new pod of the same name (a StatefulSet's) alone; the watch may show
-the eviction before its answer (the place goes to the owner then, once); a refused eviction leaves the pod
-held; admission in evict mode claims a place and signals the change."""
+the eviction before its answer (the place goes to the owner then, once), and so may the replacement's
+admission (it goes against the reservation then, once); a refused eviction leaves the pod held; admission
+in evict mode claims a place and signals the change."""
 
 from __future__ import annotations
 
@@ -119,3 +120,25 @@ def test_admission_claims_and_signals() -> None:
     real = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="rs", dry_run=False)
     assert real.admit and state.version > version and len(state.book.claims()) == 1
     assert not state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="rs", dry_run=False).admit
+
+
+def test_a_replacement_admitted_before_the_eviction_is_known_goes_against_the_reservation() -> None:
+    state = pacing()
+    record = evicting(state)
+    # The owner's replacement asks before the Eviction API's answer and the watch's deletion are in.
+    decision = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="sts-1", dry_run=False)
+    assert decision.admit and decision.basis == "reserved" and decision.ticket is not None
+    assert ("db", "db-0") not in state.book
+    # The answer, then the watch, come late: no second reservation is made for the one eviction.
+    claim = state.evicted(record)
+    assert claim is not None and claim.id == decision.ticket
+    state.pod_deleted(pod("db-0", "old", held=True))
+    assert state.book.owner_claims("sts-1") == 0
+
+
+def test_another_owners_admission_does_not_take_an_eviction_in_flight() -> None:
+    state = pacing()
+    evicting(state)
+    decision = state.admit(pacer_groups=[("one", "")], bypassed_groups=[], owner="other", dry_run=False)
+    assert decision.basis != "reserved"
+    assert ("db", "db-0") in state.book  # still reserved and in flight
