@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from sim.emulator.server import ApiServer
+from sim.kubeconfig import write_kubeconfig
 from stagger.timestamps import format_rfc3339
 from tests.emulator.webhook_server import configuration, hook
 from tests.webhook.process import BANNER, Certs, Webhook, start_webhook, tls_args
@@ -147,13 +148,21 @@ async def running_controller(
     policies: str,
     extra: tuple[str, ...] = (),
     register: bool = True,
-    granting: bool = True,
+    granting: bool | None = True,
+    api_url: str | None = None,
+    failure_policy: str = "Ignore",
+    timeout_seconds: int = 5,
 ) -> AsyncIterator[Controller]:
     """The controller on `server`: its MutatingWebhookConfiguration registered (unless `register` is
-    false), and granting (unless `granting` is false: a second replica follows)."""
+    false; with `failure_policy` and `timeout_seconds`), and granting (unless `granting` is false: a second
+    replica follows; None: not waited for). With `api_url` the controller reaches the API server there
+    (a proxy in front of `server`) instead of directly."""
     certs = Certs.write(tmp_path / "tls")
     kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(kubeconfig)
+    if api_url is None:
+        server.write_kubeconfig(kubeconfig)
+    else:
+        write_kubeconfig(kubeconfig, api_url, token=server.settings.token)
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     policy_file = tmp_path / "policies.yaml"
@@ -178,9 +187,18 @@ async def running_controller(
         async with aiohttp.ClientSession() as session:
             api = Api(server, session)
             if register:
-                await register_pod_webhook(api, url=process.url, certs=certs)
+                await register_pod_webhook(
+                    api,
+                    url=process.url,
+                    certs=certs,
+                    failure_policy=failure_policy,
+                    timeout_seconds=timeout_seconds,
+                )
             controller = Controller(process=process, certs=certs, session=session)
-            await controller.until(lambda groups: groups.get("granting") == granting and groups.get("leader"))
+            if granting is not None:
+                await controller.until(
+                    lambda groups: groups.get("granting") == granting and groups.get("leader")
+                )
             yield controller
     finally:
         await asyncio.to_thread(process.stop)

@@ -18,10 +18,8 @@ from aiohttp import web
 from sim.chaos.faults import Fault, FaultPlan, FaultSettings
 from sim.chaos.proxy import SESSION, FaultProxy
 from sim.emulator.server import ApiServer
-from sim.kubeconfig import write_kubeconfig
-from tests.groups_api.controller import TOKEN, Api, register_pod_webhook
+from tests.groups_api.controller import Api, running_controller
 from tests.groups_api.test_evict_mode import POLICY, held, notes, owned
-from tests.webhook.process import BANNER, Certs, start_webhook, tls_args
 from tests.webhook.reviews import NAMES
 
 pytestmark = pytest.mark.e2e
@@ -38,9 +36,6 @@ class LoseFirstEvictionAnswer(FaultProxy):
 async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reservation(
     tmp_path: Path,
 ) -> None:
-    certs = Certs.write(tmp_path / "tls")
-    (tmp_path / "token").write_text(TOKEN + "\n")
-    (tmp_path / "policies.yaml").write_text(POLICY)
     plan = FaultPlan(settings=FaultSettings.none(), seed=1, span_seconds=1)
     async with ApiServer() as server, aiohttp.ClientSession() as upstream_session:
         proxy = LoseFirstEvictionAnswer(upstream=server.url, plan=plan)
@@ -52,24 +47,19 @@ async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reser
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}", token=server.settings.token)
-        process = start_webhook(
-            *tls_args(certs),
-            *("--policies", str(tmp_path / "policies.yaml"), "--kubeconfig", str(tmp_path / "kubeconfig")),
-            *("--token-file", str(tmp_path / "token"), "--no-leader-elect", "--grant-drain", "0.5s"),
-            *("--log-level", "info"),
-        )
         try:
-            match = await asyncio.to_thread(process.wait_for_line, BANNER)
-            async with aiohttp.ClientSession() as session:
-                api = Api(server, session)
-                await register_pod_webhook(
-                    api,
-                    url=f"https://127.0.0.1:{match[2]}",
-                    certs=certs,
-                    failure_policy="Fail",
-                    timeout_seconds=8,
-                )
+            async with running_controller(
+                server=server,
+                tmp_path=tmp_path,
+                policies=POLICY,
+                extra=("--no-leader-elect", "--log-level", "info"),
+                granting=None,
+                api_url=f"http://127.0.0.1:{port}",
+                failure_policy="Fail",
+                timeout_seconds=8,
+            ) as controller:
+                process = controller.process
+                api = Api(server, controller.session)
                 await asyncio.to_thread(process.wait_for_line, r"granting: ")
                 first = await api.create_pod(owned("web-a", "web"))
                 assert not held(first)
@@ -92,5 +82,4 @@ async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reser
                 still = await api.get_pod("api-a")
                 assert held(still), "another owner's pod took the evicted pod's place"
         finally:
-            await asyncio.to_thread(process.stop)
             await runner.cleanup()

@@ -17,10 +17,8 @@ import pytest
 from aiohttp import web
 
 from sim.emulator.server import ApiServer
-from sim.kubeconfig import write_kubeconfig
-from tests.groups_api.controller import TOKEN, Api, register_pod_webhook
+from tests.groups_api.controller import Api, running_controller
 from tests.groups_api.test_evict_mode import POLICY, held, notes, owned
-from tests.webhook.process import BANNER, Certs, start_webhook, tls_args
 from tests.webhook.reviews import NAMES
 
 pytestmark = pytest.mark.e2e
@@ -99,34 +97,25 @@ async def slow_lists(upstream: str, *, delay: float) -> AsyncIterator[SlowLists]
 async def test_a_pod_created_while_the_leader_lists_is_decided_on_its_counts(
     tmp_path: Path, admit_timeout: str, admitted: bool
 ) -> None:
-    certs = Certs.write(tmp_path / "tls")
-    (tmp_path / "token").write_text(TOKEN + "\n")
-    (tmp_path / "policies.yaml").write_text(POLICY)
-    async with ApiServer() as server, slow_lists(server.url, delay=LIST_DELAY) as proxy:
-        write_kubeconfig(tmp_path / "kubeconfig", proxy.url, token=server.settings.token)
-        process = start_webhook(
-            *tls_args(certs),
-            *("--policies", str(tmp_path / "policies.yaml"), "--kubeconfig", str(tmp_path / "kubeconfig")),
-            *("--token-file", str(tmp_path / "token"), "--no-leader-elect", "--grant-drain", "0.5s"),
-            *("--admit-timeout", admit_timeout),
-        )
-        try:
-            match = await asyncio.to_thread(process.wait_for_line, BANNER)
-            async with aiohttp.ClientSession() as session:
-                api = Api(server, session)
-                await register_pod_webhook(
-                    api,
-                    url=f"https://127.0.0.1:{match[2]}",
-                    certs=certs,
-                    failure_policy="Ignore",
-                    timeout_seconds=8,
-                )
-                # The pod reaches admission while the controller's pod list is still held by the proxy.
-                assert proxy.lists_answered == 0
-                first = await api.create_pod(owned("web-a", "web"))
-                assert proxy.lists_asked >= 1
-        finally:
-            await asyncio.to_thread(process.stop)
+    async with (
+        ApiServer() as server,
+        slow_lists(server.url, delay=LIST_DELAY) as proxy,
+        running_controller(
+            server=server,
+            tmp_path=tmp_path,
+            policies=POLICY,
+            extra=("--no-leader-elect", "--admit-timeout", admit_timeout),
+            granting=None,
+            api_url=proxy.url,
+            timeout_seconds=8,
+        ) as controller,
+    ):
+        process = controller.process
+        api = Api(server, controller.session)
+        # The pod reaches admission while the controller's pod list is still held by the proxy.
+        assert proxy.lists_answered == 0
+        first = await api.create_pod(owned("web-a", "web"))
+        assert proxy.lists_asked >= 1
     if admitted:
         assert not held(first), notes(first)
         assert notes(first)[NAMES.ticket_annotation] and NAMES.granted_at_annotation in notes(first)
