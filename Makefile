@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-real lint typecheck layers unit bench chaos demo tools clean control-plane image image-test image-base
+.PHONY: venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -87,6 +87,30 @@ control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-
 
 .tools/controlplane/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
 	GOFLAGS=-p=2 bash testbed/build.sh .tools/controlplane $*
+
+# The real nodes of `python -m sim realcluster` (docs/testbed.md): kubelet and kube-proxy from testbed/go.mod as the
+# control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
+# containerd, runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
+NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl)
+CRICTL_VERSION ?= v1.37.0
+
+node-tools: $(NODE_TOOLS) ## real nodes: kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
+	bash testbed/node-tools.sh .tools/nodes
+
+.tools/nodes/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
+	GOFLAGS=-p=2 bash testbed/build.sh .tools/nodes $*
+
+.tools/nodes/coredns: testbed/coredns/main.go testbed/coredns/go.mod testbed/coredns/go.sum
+	cd testbed/coredns && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../$@.tmp . && mv -f ../../$@.tmp ../../$@
+
+.tools/nodes/crictl:
+	mkdir -p .tools/nodes && GOBIN=$(abspath .tools/nodes) CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
+
+# The tests on real nodes (tests/nodes, docs/testbed.md): one real cluster of 2 nodes for the session, the chart
+# installed with the image `make image` builds. Root; needs `make control-plane node-tools image`.
+test-nodes: venv
+	@test -x .tools/nodes/kubelet || { echo "no node tools: run \`make control-plane node-tools image\` first" >&2; exit 2; }
+	$(VENV)/bin/pytest -p no:xdist tests/nodes --real-nodes $(PYTEST_ARGS)
 
 # The image (docker/Dockerfile), built without a Docker engine: buildah (chroot isolation) on a local Debian
 # base made by debootstrap from apt's mirror, both installed with apt when missing (docker/README.md).

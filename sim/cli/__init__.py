@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 COMMANDS: dict[str, str] = {
     "apiserver": "the Kubernetes API server emulator alone, until interrupted",
     "controlplane": "a real control plane (etcd, kube-apiserver, -controller-manager, -scheduler) on loopback",
+    "realcluster": "a real cluster on this machine: the control plane and real nodes (containerd, kubelet, kube-proxy)",
     "cluster": "a simulated cluster (nodes, kubelets, lockd per node) on the emulator or the real control plane",
     "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
     "groups": "the staggering-group demo: one group of 40 pods paced 4/4/16, in lock and gate mode, with a plot",
@@ -26,6 +27,7 @@ EPILOG = """\
 examples:
   python -m sim apiserver --listen 127.0.0.1:6443 --kubeconfig /tmp/sim.kubeconfig
   python -m sim controlplane --kubeconfig /tmp/real.kubeconfig     (needs `make control-plane`)
+  python -m sim realcluster --nodes 2 --kubeconfig kc --load-image localhost/stagger:dev   (root; make node-tools)
   python -m sim cluster --nodes 3 --cores 4 --stagger
   python -m sim cluster --control-plane real --stagger --kubeconfig /tmp/real.kubeconfig
   python -m sim herd --out out
@@ -69,6 +71,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
         from sim.controlplane import cli as controlplane
 
         return lambda argv: controlplane.main(list(argv))
+    if name == "realcluster":
+        from sim.realcluster import cli as realcluster
+
+        return lambda argv: realcluster.main(list(argv))
     if name == "groups":
         from sim.cli import groups
 

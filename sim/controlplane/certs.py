@@ -19,10 +19,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# The cluster's Service range and the apiserver's address in it (the first address), as kubeadm defaults.
-SERVICE_CIDR = "10.96.0.0/12"
-KUBERNETES_SERVICE_IP = "10.96.0.1"
+# The cluster's Service range by default: 198.19.0.0/16, in the range set aside for benchmarking (RFC 2544),
+# never a private range; the test bed's pods (`python -m sim realcluster`) take 198.18.0.0/16 beside it.
+SERVICE_CIDR = "198.19.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
+
+
+def kubernetes_service_ip(service_cidr: str) -> str:
+    """The `kubernetes` Service's ClusterIP: the first address of the Service range, as the apiserver
+    allocates it (and kubeadm puts it in the apiserver's certificate)."""
+    return str(ipaddress.ip_network(service_cidr)[1])
+
 
 VALIDITY = datetime.timedelta(days=365)
 
@@ -238,9 +245,10 @@ def _leaf(
     _write_cert(pair.cert, builder.sign(ca_key, hashes.SHA256()))
 
 
-def ensure_pki(root: Path) -> Pki:
+def ensure_pki(root: Path, *, service_cidr: str = SERVICE_CIDR, addresses: tuple[str, ...] = ()) -> Pki:
     """Makes every file under `root` unless all are there already (a data dir used again keeps its
-    CA, so kubeconfigs written before still work)."""
+    CA, so kubeconfigs written before still work). The apiserver's certificate names loopback, the first
+    address of `service_cidr` and `addresses` (where else it listens: the nodes' gateway on real nodes)."""
     pki = Pki(root)
     if all(path.exists() for path in pki.all_files()):
         return pki
@@ -263,7 +271,7 @@ def ensure_pki(root: Path) -> Pki:
             "kubernetes.default.svc",
             f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
         ),
-        ips=(*loopback, KUBERNETES_SERVICE_IP),
+        ips=(*loopback, kubernetes_service_ip(service_cidr), *addresses),
     )
     # system:masters as kubeadm gave it before 1.29 (its newer kubeadm:cluster-admins group needs a binding
     # that only kubeadm makes): lets the apiserver reach kubelets' logs/exec once there are kubelets.
@@ -302,3 +310,18 @@ def ensure_pki(root: Path) -> Pki:
         )
     )
     return pki
+
+
+def issue_client_cert(pki: Pki, pair: Pair, common_name: str, *, organizations: tuple[str, ...] = ()) -> Pair:
+    """A client certificate signed by the cluster CA at `pair`, unless one is there already: a node's
+    kubelet (`system:node:NAME` in `system:nodes`, which the Node authorizer and NodeRestriction know) or
+    its kube-proxy (`system:kube-proxy`, bound to `system:node-proxier` by the apiserver's default RBAC)."""
+    if pair.cert.exists() and pair.key.exists():
+        return pair
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert_pem())
+    ca_key = serialization.load_pem_private_key(pki.ca.key_pem(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca.key}: not an ECDSA key")
+    now = datetime.datetime.now(datetime.UTC)
+    _leaf(pair, (ca_cert, ca_key), now, common_name, organizations=organizations, client=True)
+    return pair

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import ipaddress
 import json
 import os
 import shutil
@@ -200,6 +201,10 @@ class ControlPlane:
     logs (logs/NAME.log); a temporary dir, removed by `stop()`, if none is given. A data dir given again
     keeps its CA and etcd data (the controllers then wait out the previous run's leader leases, ~15 s).
     port: the apiserver's port (free one if None). extra_args: more flags per component name.
+    address: where the apiserver listens and what it advertises: 127.0.0.1 by default; an address that
+    pods can route to for real nodes (`sim.realcluster`), which then also publishes it as the `kubernetes`
+    Service's endpoint (the lease reconciler) and names it in the serving certificate. service_cidr: the
+    Service range (198.19.0.0/16 by default; its first address is the `kubernetes` Service's).
     """
 
     def __init__(
@@ -211,8 +216,12 @@ class ControlPlane:
         bin_dir: Path | str = DEFAULT_BIN_DIR,
         ready_timeout: float = 90.0,
         extra_args: dict[str, list[str]] | None = None,
+        address: str = "127.0.0.1",
+        service_cidr: str = SERVICE_CIDR,
     ) -> None:
         self.bin_dir = Path(bin_dir)
+        self.address = address
+        self.service_cidr = service_cidr
         self._own_data_dir = data_dir is None
         self.data_dir = (
             Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="controlplane-"))
@@ -221,7 +230,7 @@ class ControlPlane:
         self.ready_timeout = ready_timeout
         self.extra_args = extra_args or {}
         self.ports = Ports.choose(port)
-        self.server = f"https://127.0.0.1:{self.ports.apiserver}"
+        self.server = f"https://{address}:{self.ports.apiserver}"
         self.version = ""
         self.startup_seconds = 0.0
         self.components: dict[str, Component] = {}
@@ -245,7 +254,11 @@ class ControlPlane:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             (self.data_dir / "logs").mkdir(exist_ok=True)
-            self.pki = ensure_pki(self.data_dir / "pki")
+            self.pki = ensure_pki(
+                self.data_dir / "pki",
+                service_cidr=self.service_cidr,
+                addresses=() if self._loopback else (self.address,),
+            )
             self._write_component_kubeconfigs()
             self._spawn(ETCD, self._etcd_args())
             self._spawn(APISERVER, self._apiserver_args())
@@ -370,6 +383,10 @@ class ControlPlane:
                 )
             await asyncio.sleep(0.2)
 
+    @property
+    def _loopback(self) -> bool:
+        return ipaddress.ip_address(self.address).is_loopback
+
     def _admin_ssl(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki.ca.cert))
         context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
@@ -415,18 +432,20 @@ class ControlPlane:
 
     def _apiserver_args(self) -> list[str]:
         pki = self.pki
+        # The apiserver would publish its address in the `kubernetes` Service's Endpoints, which refuse
+        # loopback addresses (an error every 10 s); with everything on 127.0.0.1 it has none. On an address
+        # pods can reach (real nodes) it publishes it, as kubeadm's control planes do.
+        reconciler = "none" if self._loopback else "lease"
         return [
-            "--advertise-address=127.0.0.1",
-            "--bind-address=127.0.0.1",
+            f"--advertise-address={self.address}",
+            f"--bind-address={self.address}",
             f"--secure-port={self.ports.apiserver}",
             "--allow-privileged=true",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",  # added to the default set, as kubeadm does
             f"--client-ca-file={pki.ca.cert}",
             "--enable-bootstrap-token-auth=true",
-            # The apiserver would publish its address in the `kubernetes` Service's Endpoints, which
-            # refuse loopback addresses (an error every 10 s); with everything on 127.0.0.1 it has none.
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={reconciler}",
             f"--etcd-servers=https://127.0.0.1:{self.ports.etcd_client}",
             f"--etcd-cafile={pki.etcd_ca.cert}",
             f"--etcd-certfile={pki.apiserver_etcd_client.cert}",
@@ -444,7 +463,7 @@ class ControlPlane:
             f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--tls-cert-file={pki.apiserver.cert}",
             f"--tls-private-key-file={pki.apiserver.key}",
         ]
@@ -467,7 +486,7 @@ class ControlPlane:
             "--leader-elect=true",
             f"--root-ca-file={pki.ca.cert}",
             f"--service-account-private-key-file={pki.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--use-service-account-credentials=true",
         ]
 
