@@ -34,7 +34,7 @@ from tests.backends import Backend, open_backend
 TESTS = Path(__file__).parent
 CHOICES = (*BACKEND_KINDS, "both")
 
-E2E_FOLDERS = frozenset({"lockd_sim", "integration", "controlplane", "install"})
+E2E_FOLDERS = frozenset({"lockd_sim", "integration", "controlplane", "install", "nodes"})
 """Every test here runs a whole cluster or several processes."""
 
 SLOW_FOLDERS = frozenset({"lockd_cluster", "chart"})
@@ -95,6 +95,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default), the real control plane from `make control-plane`, or both in turn; with `real`, "
         "the tests that run on the emulator only are skipped",
     )
+    parser.addoption(
+        "--real-nodes",
+        action="store_true",
+        help="run the tests on real nodes (tests/nodes: root, `make control-plane node-tools image`) and "
+        "only those; without it they are deselected (`make test-nodes`)",
+    )
 
 
 def _kinds(config: pytest.Config) -> list[str]:
@@ -123,7 +129,18 @@ def _runs_on_real(item: pytest.Item) -> bool:
     )
 
 
+def _on_real_nodes(item: pytest.Item) -> bool:
+    return item.path.is_relative_to(TESTS / "nodes")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # tests/nodes run only when asked for (`make test-nodes`), and then alone: they need root and a real
+    # cluster of their own, and the rest has nothing to run there.
+    real_nodes = bool(config.getoption("--real-nodes"))
+    kept = [item for item in items if _on_real_nodes(item) == real_nodes]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     if config.getoption("--control-plane") == "real":
         # The rest test the emulator itself, or need no API server: they have nothing to run on a real one.
         kept = [item for item in items if _runs_on_real(item)]

@@ -5,9 +5,10 @@
 // start-up work is done is restarted by its kubelet and starts over: that is the thundering herd's restart
 // storm on a starved node, for real, not modelled.
 //
-//	workload [--cpu-seconds 2] [--listen :8080] [--threads 1]
+//	workload [--cpu-seconds 2] [--listen :8080] [--threads 1] [--exit-after S]
 //
-// Environment WORKLOAD_CPU_SECONDS, WORKLOAD_LISTEN and WORKLOAD_THREADS set the same. It logs one line
+// Environment WORKLOAD_CPU_SECONDS, WORKLOAD_LISTEN and WORKLOAD_THREADS set the same. --exit-after makes a
+// batch job of it: once ready it serves S seconds more, then exits 0. It logs one line
 // when it starts, one when it is ready (with the wall and CPU seconds it took) and exits 0 on SIGTERM.
 package main
 
@@ -74,6 +75,7 @@ func main() {
 	cpu := flag.Float64("cpu-seconds", defaultCPU, "CPU-seconds of start-up work before it listens")
 	listen := flag.String("listen", envOr("WORKLOAD_LISTEN", ":8080"), "address of /healthz and /readyz")
 	threads := flag.Int("threads", defaultThreads, "goroutines doing the start-up work")
+	exitAfter := flag.Float64("exit-after", -1, "once ready, exit 0 after this many seconds (a Job's pod); <0: never")
 	flag.Parse()
 	if *cpu < 0 || *threads < 1 {
 		log.Fatalf("--cpu-seconds must be >= 0 and --threads >= 1")
@@ -94,6 +96,13 @@ func main() {
 	mux.HandleFunc("/healthz", ok)
 	mux.HandleFunc("/readyz", ok)
 	server := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if *exitAfter >= 0 {
+		go func() {
+			time.Sleep(time.Duration(*exitAfter * float64(time.Second)))
+			log.Printf("done after %.2fs", time.Since(began).Seconds())
+			stop()
+		}()
+	}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,101 @@
+"""The real cluster the tests on real nodes share (`make test-nodes`, `pytest --real-nodes tests/nodes`).
+
+`real_cluster`: one `python -m sim realcluster`-style cluster for the session: the real control plane and
+2 real nodes (containerd, kubelet, kube-proxy, each node in its own network namespace), CoreDNS, and the
+image `make image` builds (localhost/stagger:dev) imported into both. Its stop is checked: nothing of it
+left on the host (network namespaces, the bridge, mounts, cgroups).
+
+`stagger`: the chart installed once for the session with that image (pullPolicy Never, no registry), every
+node's lockd Ready and a controller leader. Tests that change the policy set it back when they end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sim.realcluster.cluster import RealCluster, RealClusterError, preflight
+from tests.nodes.kube import Kube, Release
+
+STAGGER_IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
+MODE_LABEL = "stagger-test/mode"
+MODES = {
+    "lock": {"mode": "lock"},
+    "gate": {"mode": "gate"},
+    "evict-nodeselector": {"mode": "evict", "hold": "nodeSelector"},
+    "evict-stub": {"mode": "evict", "hold": "stub"},
+}
+"""A staggering policy per mode (and hold), each selecting the pods labelled MODE_LABEL=<key>."""
+
+POLICIES = {
+    # One start at a time per node, whatever the load (the tests count starts; the CPU throttle would make
+    # them depend on what else the machine runs), and a short maxWait for the node without lockd.
+    "nodePolicies": [
+        {
+            "name": "default",
+            "throttleConfig": {"maxConcurrent": {"value": 1}},
+            "holdTimeout": "2m",
+            "maxWait": "45s",
+        }
+    ],
+    # 2 start, then 4 once 2 are Ready, then all once 4 are.
+    "staggeringPolicies": [
+        {
+            "name": f"mode-{key}",
+            "labelSelector": {MODE_LABEL: key},
+            "maxBlockedDuration": "5m",
+            "pacer": {"exponential": {"minInitial": 2, "multiplier": 2, "maxStagger": 4}},
+            **mode,
+        }
+        for key, mode in MODES.items()
+    ],
+}
+
+
+def _require_real_nodes() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the tests on real nodes need root (network namespaces, cgroups, mounts)", pytrace=False)
+    try:
+        preflight()
+    except RealClusterError as err:
+        pytest.fail(str(err), pytrace=False)
+    if shutil.which("buildah") is None:
+        pytest.fail("no buildah: run `make image` first", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    _require_real_nodes()
+    cluster = RealCluster(nodes=2, data_dir=tmp_path_factory.mktemp("realcluster"), images=[STAGGER_IMAGE])
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop(keep_data=True)
+        raise
+    try:
+        yield cluster
+    finally:
+        problems = cluster.stop()
+        assert not problems, f"not undone: {problems}"
+        assert not Path("/sys/class/net/stgr0").exists()
+        assert not any(
+            n.startswith("stgr-") for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
+        )
+
+
+@pytest.fixture(scope="session")
+def kube(real_cluster: RealCluster) -> Kube:
+    return Kube(real_cluster)
+
+
+@pytest.fixture(scope="session")
+def stagger(kube: Kube, real_cluster: RealCluster) -> Iterator[Release]:
+    """The chart as the session's release `stagger` in namespace `stagger-system`."""
+    release = Release(kube, name="stagger", namespace="stagger-system", image=STAGGER_IMAGE)
+    release.install({"policies": POLICIES})
+    release.wait_ready(nodes=len(real_cluster.nodes))
+    yield release

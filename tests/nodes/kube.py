@@ -1,0 +1,309 @@
+"""What the tests on real nodes do to the cluster: kubectl and helm as a user runs them, API reads (as the
+admin, through `RealCluster.api`, cheap enough to sample pods twice a second), the chart's release, and the
+herd's pods watched over time.
+
+`Herd` samples a set of pods until they are all Ready and keeps, per sample, how many had started (the app
+container running: every init container done) and how many were Ready, per node and in all; the tests
+check node and group limits against it. A start is seen from the API, so an overlap shorter than the
+sampling interval (0.5 s) can be missed; every workload here takes seconds to start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from sim.realcluster.cluster import WORKLOAD_IMAGE, RealCluster
+from tests.tools import ROOT, tool
+
+CHART = ROOT / "charts" / "stagger"
+PREFIX = "v1.stagger.technicianted"
+ENABLE = {f"{PREFIX}/enable": "1"}
+T = TypeVar("T")
+
+
+class Kube:
+    """kubectl and helm with the cluster's admin kubeconfig, and its API."""
+
+    def __init__(self, cluster: RealCluster) -> None:
+        self.cluster = cluster
+        self.kubeconfig = str(cluster.kubeconfig)
+
+    def run(
+        self, name: str, *args: str, input: str | None = None, check: bool = True, timeout: float = 180
+    ) -> str:
+        done = subprocess.run(
+            [str(tool(name)), "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check:
+            assert done.returncode == 0, f"{name} {' '.join(args)}:\n{done.stderr}{done.stdout[-2000:]}"
+        return done.stdout
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        self.run("kubectl", "apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+    def get(self, path: str) -> dict[str, Any]:
+        status, body = self.cluster.api("GET", path)
+        assert status == 200, f"GET {path}: {status} {body.get('message')}"
+        return body
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        query = f"?labelSelector={urllib.request.quote(selector)}" if selector else ""
+        return list(self.get(f"/api/v1/namespaces/{namespace}/pods{query}")["items"])
+
+    def namespace(self, name: str) -> str:
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        self.run("kubectl", "delete", "namespace", name, "--wait=true", "--timeout=120s", check=False)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 120, every: float = 0.5) -> T:
+    """Polls `probe` until it returns something (not None): that value. Fails naming `what` and the
+    last value after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s")
+        time.sleep(every)
+
+
+# --- pods -------------------------------------------------------------------------------------------
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod.get("status", {}).get("conditions", [])
+    )
+
+
+def has_started(pod: dict[str, Any]) -> bool:
+    """Every init container done and an app container running or run: the pod's own start-up is under way."""
+    for status in pod.get("status", {}).get("containerStatuses", []):
+        state = status.get("state", {})
+        if "running" in state or "terminated" in state or status.get("restartCount", 0) > 0:
+            return True
+    return False
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(s.get("restartCount", 0) for s in pod.get("status", {}).get("containerStatuses", []))
+
+
+def init_status(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in pod["status"].get("initContainerStatuses", []) if s["name"] == name)
+
+
+def workload(
+    name: str,
+    namespace: str,
+    *,
+    replicas: int,
+    cpu_seconds: float = 1.0,
+    labels: dict[str, str] | None = None,
+    liveness_delay: int = 60,
+    kind: str = "Deployment",
+    exit_after: float | None = None,
+) -> dict[str, Any]:
+    """A Deployment (or a Job) of the test bed's workload: `cpu_seconds` of real CPU before it is Ready,
+    readiness and liveness probes as a real app has (liveness gives up `liveness_delay` + 6 s after start)."""
+    args = ["--cpu-seconds", str(cpu_seconds)]
+    if exit_after is not None:
+        args += ["--exit-after", str(exit_after)]
+    container = {
+        "name": "app",
+        "image": WORKLOAD_IMAGE,
+        "imagePullPolicy": "Never",
+        "args": args,
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": 8080},
+            "initialDelaySeconds": liveness_delay,
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+    }
+    pod_labels = {"app": name, **ENABLE, **(labels or {})}
+    template: dict[str, Any] = {
+        "metadata": {"labels": pod_labels},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 2},
+    }
+    if kind == "Job":
+        template["spec"]["restartPolicy"] = "Never"
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "labels": pod_labels},
+            "spec": {
+                "parallelism": replicas,
+                "completions": replicas,
+                "backoffLimit": 0,
+                "template": template,
+            },
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    started: int
+    ready: int
+    starting_per_node: dict[str, int]
+
+
+@dataclass
+class Herd:
+    """Samples the pods of `selector` in `namespace` every `every` seconds in a thread (see the module)."""
+
+    kube: Kube
+    namespace: str
+    selector: str
+    every: float = 0.5
+    samples: list[Sample] = field(default_factory=list)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Herd:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        while not self._stop.is_set():
+            pods = self.kube.pods(self.namespace, self.selector)
+            for pod in pods:
+                self.pods[pod["metadata"]["name"]] = pod
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            started = [p for p in live if has_started(p)]
+            per_node: dict[str, int] = {}
+            for pod in started:
+                if not is_ready(pod) and pod.get("status", {}).get("phase") == "Running":
+                    node = pod["spec"].get("nodeName", "")
+                    per_node[node] = per_node.get(node, 0) + 1
+            ready = sum(1 for p in live if is_ready(p) or p.get("status", {}).get("phase") == "Succeeded")
+            self.samples.append(Sample(time.monotonic() - began, len(started), ready, per_node))
+            self._stop.wait(self.every)
+
+    def wait_ready(self, count: int, *, timeout: float = 180) -> None:
+        def done() -> bool | None:
+            last = self.samples[-1] if self.samples else None
+            return True if last is not None and last.ready >= count else None
+
+        wait_for(f"{count} pods Ready in {self.namespace} ({self.samples[-1:]})", done, timeout=timeout)
+
+    def max_starting_per_node(self) -> int:
+        return max((max(s.starting_per_node.values(), default=0) for s in self.samples), default=0)
+
+
+# --- the release ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Release:
+    kube: Kube
+    name: str
+    namespace: str
+    image: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def _image_values(self) -> list[str]:
+        repository, _, tag = self.image.rpartition(":")
+        return [
+            "--set", f"image.repository={repository}",
+            "--set", f"image.tag={tag}",
+            "--set", "image.pullPolicy=Never",
+        ]  # fmt: skip
+
+    def _values_file(self, values: dict[str, Any]) -> Path:
+        path = Path(self.kube.cluster.data_dir) / f"values-{self.name}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        return path
+
+    def install(self, values: dict[str, Any] | None = None) -> None:
+        self.values = values or {}
+        self.kube.run(
+            "helm", "install", self.name, str(CHART), "-n", self.namespace, "--create-namespace",
+            *self._image_values(), "-f", str(self._values_file(self.values)), "--wait", "--timeout", "180s",
+        )  # fmt: skip
+
+    def upgrade(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.kube.run(
+            "helm", "upgrade", self.name, str(CHART), "-n", self.namespace,
+            *self._image_values(), "-f", str(self._values_file(values)), "--wait", "--timeout", "180s",
+        )  # fmt: skip
+
+    def uninstall(self) -> None:
+        self.kube.run("helm", "uninstall", self.name, "-n", self.namespace, "--wait", "--timeout", "120s")
+
+    def selector(self, component: str) -> str:
+        return f"app.kubernetes.io/instance={self.name},app.kubernetes.io/component={component}"
+
+    def wait_ready(self, *, nodes: int, timeout: float = 120) -> None:
+        """Every node's lockd Ready, and a controller replica that leads (its pod labelled leader)."""
+
+        def ready() -> bool | None:
+            lockds = [p for p in self.kube.pods(self.namespace, self.selector("lockd")) if is_ready(p)]
+            leaders = self.kube.pods(self.namespace, f"{self.selector('controller')},{PREFIX}/leader=1")
+            return True if len(lockds) >= nodes and any(is_ready(p) for p in leaders) else None
+
+        wait_for(
+            f"release {self.name}: lockd Ready on {nodes} nodes and a controller leader",
+            ready,
+            timeout=timeout,
+        )
+
+    def lockd_pod(self, node: str) -> dict[str, Any]:
+        pods = [
+            p
+            for p in self.kube.pods(self.namespace, self.selector("lockd"))
+            if p["spec"].get("nodeName") == node
+        ]
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        return pods[0]
+
+    def lockd_port(self) -> int:
+        return int(self.values.get("lockd", {}).get("port", 9400))
+
+
+def lockd_status(address: str, port: int = 9400) -> dict[str, Any]:
+    """lockd's /status as `curl http://NODE_IP:PORT/status` gets it: over the node's address and the
+    hostPort (the CNI portmap plugin), from the host."""
+    with urllib.request.urlopen(f"http://{address}:{port}/status", timeout=5) as response:
+        return dict(json.loads(response.read()))
+
+
+def pod_names(pods: list[dict[str, Any]]) -> Iterator[str]:
+    return (p["metadata"]["name"] for p in pods)

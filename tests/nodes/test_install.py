@@ -1,0 +1,55 @@
+"""`helm install` of charts/stagger on real nodes with the image `make image` builds, as a user runs it: lockd
+Ready on every node (its hostPort reachable on the node's address), two controller replicas of which one
+leads, and the pods webhook reached by kube-apiserver through the controller's Service: a pod labelled as
+NOTES.txt says gets the init client, its grant, and starts; one without the label is left alone."""
+
+from __future__ import annotations
+
+from sim.realcluster.cluster import RealCluster
+from tests.nodes.kube import ENABLE, PREFIX, Kube, Release, is_ready, lockd_status, wait_for, workload
+
+
+def test_lockd_runs_on_every_node_and_answers_on_its_address(
+    stagger: Release, real_cluster: RealCluster
+) -> None:
+    for node in real_cluster.nodes:
+        pod = stagger.lockd_pod(node.plan.name)
+        assert is_ready(pod)
+        status = lockd_status(node.plan.address, stagger.lockd_port())
+        assert status["node"] == node.plan.name
+        assert status["mode"] == "cluster"
+        # The node's real load, read by lockd in its container from /proc/stat and PSI.
+        assert status["load"]["source"] == "stat+psi", status["load"]
+        assert 0 <= status["load"]["cpuPercent"] <= 100
+        assert status["policy"]["maxConcurrent"] == 1
+        assert status["policy"]["cores"] >= 1
+
+
+def test_one_controller_replica_leads(stagger: Release, kube: Kube) -> None:
+    controllers = kube.pods(stagger.namespace, stagger.selector("controller"))
+    assert len(controllers) == 2 and all(is_ready(p) for p in controllers)
+    leaders = [p for p in controllers if p["metadata"]["labels"].get(f"{PREFIX}/leader") == "1"]
+    assert len(leaders) == 1, [p["metadata"]["labels"] for p in controllers]
+
+
+def test_the_webhook_injects_the_init_client_through_the_service(stagger: Release, kube: Kube) -> None:
+    namespace = kube.namespace("install-webhook")
+    try:
+        opted = workload("opted", namespace, replicas=1, cpu_seconds=0.2)
+        plain = workload("plain", namespace, replicas=1, cpu_seconds=0.2)
+        del plain["spec"]["template"]["metadata"]["labels"][next(iter(ENABLE))]
+        kube.apply(opted, plain)
+
+        def both_ready() -> list[dict] | None:
+            pods = kube.pods(namespace)
+            return pods if len(pods) == 2 and all(is_ready(p) for p in pods) else None
+
+        pods = {
+            p["metadata"]["labels"]["app"]: p for p in wait_for("both pods Ready", both_ready, timeout=90)
+        }
+        assert [c["name"] for c in pods["opted"]["spec"]["initContainers"]] == ["stagger-wait"]
+        assert f"{PREFIX}/granted-at" in pods["opted"]["metadata"]["annotations"]
+        assert not pods["plain"]["spec"].get("initContainers")
+        assert f"{PREFIX}/granted-at" not in (pods["plain"]["metadata"].get("annotations") or {})
+    finally:
+        kube.delete_namespace(namespace)
