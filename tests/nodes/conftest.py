@@ -20,40 +20,7 @@ import pytest
 
 from sim.realcluster.cluster import RealCluster, RealClusterError, preflight
 from tests.nodes.kube import Kube, Release
-
-STAGGER_IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
-MODE_LABEL = "stagger-test/mode"
-MODES = {
-    "lock": {"mode": "lock"},
-    "gate": {"mode": "gate"},
-    "evict-nodeselector": {"mode": "evict", "hold": "nodeSelector"},
-    "evict-stub": {"mode": "evict", "hold": "stub"},
-}
-"""A staggering policy per mode (and hold), each selecting the pods labelled MODE_LABEL=<key>."""
-
-POLICIES = {
-    # One start at a time per node, whatever the load (the tests count starts; the CPU throttle would make
-    # them depend on what else the machine runs), and a short maxWait for the node without lockd.
-    "nodePolicies": [
-        {
-            "name": "default",
-            "throttleConfig": {"maxConcurrent": {"value": 1}},
-            "holdTimeout": "2m",
-            "maxWait": "45s",
-        }
-    ],
-    # 2 start, then 4 once 2 are Ready, then all once 4 are.
-    "staggeringPolicies": [
-        {
-            "name": f"mode-{key}",
-            "labelSelector": {MODE_LABEL: key},
-            "maxBlockedDuration": "5m",
-            "pacer": {"exponential": {"minInitial": 2, "multiplier": 2, "maxStagger": 4}},
-            **mode,
-        }
-        for key, mode in MODES.items()
-    ],
-}
+from tests.nodes.policies import POLICIES, STAGGER_IMAGE
 
 
 def _require_real_nodes() -> None:

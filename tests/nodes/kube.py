@@ -186,6 +186,10 @@ class Herd:
     every: float = 0.5
     samples: list[Sample] = field(default_factory=list)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    """Pods seen held (labelled `staggered`) at least once."""
+    gated: set[str] = field(default_factory=set)
+    """Pods seen with stagger's scheduling gate."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -204,7 +208,12 @@ class Herd:
         while not self._stop.is_set():
             pods = self.kube.pods(self.namespace, self.selector)
             for pod in pods:
-                self.pods[pod["metadata"]["name"]] = pod
+                name = pod["metadata"]["name"]
+                self.pods[name] = pod
+                if (pod["metadata"].get("labels") or {}).get(f"{PREFIX}/staggered") == "1":
+                    self.held.add(name)
+                if any(g.get("name") == f"{PREFIX}/pacing" for g in pod["spec"].get("schedulingGates", [])):
+                    self.gated.add(name)
             live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
             started = [p for p in live if has_started(p)]
             per_node: dict[str, int] = {}
@@ -222,6 +231,11 @@ class Herd:
             return True if last is not None and last.ready >= count else None
 
         wait_for(f"{count} pods Ready in {self.namespace} ({self.samples[-1:]})", done, timeout=timeout)
+
+    def gone(self) -> set[str]:
+        """Pods seen during the run that no longer exist (evicted or deleted)."""
+        now = set(pod_names(self.kube.pods(self.namespace, self.selector)))
+        return set(self.pods) - now
 
     def max_starting_per_node(self) -> int:
         return max((max(s.starting_per_node.values(), default=0) for s in self.samples), default=0)

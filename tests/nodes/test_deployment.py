@@ -1,6 +1,6 @@
 """An opted-in Deployment on real nodes: 6 replicas of the test bed's workload (real CPU work before Ready).
 Every pod has `stagger-wait` first, which exits 0 before the app container starts; the grant is on the pod
-(granted-at and node-slot); at most one pod starts at a time on a node (the node policy's maxConcurrent 1);
+(granted-at and node-slot); at most two pods start at a time on a node (the node policy's maxConcurrent 2);
 and lockd's /status, read with curl on the node's address and through the API server's pod proxy, counts
 the grants and shows the node's real load."""
 
@@ -11,13 +11,14 @@ import json
 
 from sim.realcluster.cluster import RealCluster
 from tests.nodes.kube import PREFIX, Herd, Kube, Release, init_status, lockd_status, restarts, workload
+from tests.nodes.policies import NODE_LIMIT
 
 
 def _time(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_a_deployment_starts_one_pod_at_a_time_per_node(
+def test_a_deployment_starts_at_most_the_node_limit_at_a_time(
     stagger: Release, kube: Kube, real_cluster: RealCluster
 ) -> None:
     namespace = kube.namespace("deployment")
@@ -37,7 +38,7 @@ def test_a_deployment_starts_one_pod_at_a_time_per_node(
             annotations = pod["metadata"]["annotations"]
             assert f"{PREFIX}/granted-at" in annotations and f"{PREFIX}/node-slot" in annotations
             assert restarts(pod) == 0
-        assert herd.max_starting_per_node() <= 1, [
+        assert herd.max_starting_per_node() <= NODE_LIMIT, [
             s for s in herd.samples if max(s.starting_per_node.values(), default=0) > 1
         ]
 

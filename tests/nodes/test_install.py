@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sim.realcluster.cluster import RealCluster
 from tests.nodes.kube import ENABLE, PREFIX, Kube, Release, is_ready, lockd_status, wait_for, workload
+from tests.nodes.policies import NODE_LIMIT
 
 
 def test_lockd_runs_on_every_node_and_answers_on_its_address(
@@ -21,7 +22,7 @@ def test_lockd_runs_on_every_node_and_answers_on_its_address(
         # The node's real load, read by lockd in its container from /proc/stat and PSI.
         assert status["load"]["source"] == "stat+psi", status["load"]
         assert 0 <= status["load"]["cpuPercent"] <= 100
-        assert status["policy"]["maxConcurrent"] == 1
+        assert status["policy"]["maxConcurrent"] == NODE_LIMIT
         assert status["policy"]["cores"] >= 1
 
 

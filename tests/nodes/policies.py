@@ -1,0 +1,40 @@
+"""The session release's policy file on real nodes, and the names the tests select by."""
+
+from __future__ import annotations
+
+import os
+
+STAGGER_IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
+NODE_LIMIT = 2
+MODE_LABEL = "stagger-test/mode"
+MODES = {
+    "lock": {"mode": "lock"},
+    "gate": {"mode": "gate"},
+    "evict-nodeselector": {"mode": "evict", "hold": "nodeSelector"},
+    "evict-stub": {"mode": "evict", "hold": "stub"},
+}
+"""A staggering policy per mode (and hold), each selecting the pods labelled MODE_LABEL=<key>."""
+
+POLICIES = {
+    # Two starts at a time per node, whatever the load (the tests count starts; the CPU throttle would make
+    # them depend on what else the machine runs), and a short maxWait for the node without lockd.
+    "nodePolicies": [
+        {
+            "name": "default",
+            "throttleConfig": {"maxConcurrent": {"value": NODE_LIMIT}},
+            "holdTimeout": "2m",
+            "maxWait": "45s",
+        }
+    ],
+    # 1 starts, then 3 once it is Ready, then all once 3 are: tighter than the nodes' 2 x NODE_LIMIT.
+    "staggeringPolicies": [
+        {
+            "name": f"mode-{key}",
+            "labelSelector": {MODE_LABEL: key},
+            "maxBlockedDuration": "5m",
+            "pacer": {"exponential": {"minInitial": 1, "multiplier": 3, "maxStagger": 3}},
+            **mode,
+        }
+        for key, mode in MODES.items()
+    ],
+}
