@@ -101,7 +101,7 @@ def _lean_metadata(metadata: Any) -> Any:
 # page); a field read anywhere else in lockd must be added here, or it reads as missing.
 _POD_SPEC_READ: Final = ("nodeName", "hostNetwork")
 _POD_STATUS_READ: Final = ("phase", "podIP", "conditions", "initContainerStatuses", "containerStatuses")
-_CONDITION_READ: Final = ("type", "status")
+_CONDITION_READ: Final = ("type", "status", "lastTransitionTime")
 _CONTAINER_STATUS_READ: Final = ("name", "ready", "state")
 
 

@@ -125,6 +125,22 @@ class HeldSlot:
     granted_wall: float
 
 
+def ready_since(pod: Pod, granted_wall: float) -> bool:
+    """Whether the pod, not Ready now, has been Ready since `granted_wall`: its Ready condition last changed
+    after the grant. A pod is not Ready when it is granted, so a later change means it became Ready (which
+    ended the slot) and then unready again: a new pod sandbox after its node restarted (which runs the init
+    containers again, and the init client asks anew), or a readiness probe failing later in its life. Both
+    times are this node's clock (lockd's grant, the kubelet's condition); the condition's whole seconds
+    can only make a change in the same second as the grant look older."""
+    ready = next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None
+    )
+    if ready is None or ready.get("status") == "True":
+        return False
+    changed = parse_rfc3339(str(ready.get("lastTransitionTime") or ""))
+    return changed is not None and changed > granted_wall
+
+
 def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
     """After a restart: pods this node's lockd granted a slot that have not started yet still hold it.
 
@@ -132,7 +148,11 @@ def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
     its `granted-at` only when it is in no staggering group: in a group, `granted-at` may be the
     controller's group grant of a pod still waiting for its node slot (counting those rebuilt more slots
     than the limit, and let their pods start together; found by `python -m sim chaos`). Pods granted by
-    a lockd from before `node-slot` and in no group are still counted, so an upgrade forgets none."""
+    a lockd from before `node-slot` and in no group are still counted, so an upgrade forgets none.
+
+    A pod Ready since its grant holds no slot (`ready_since`): after a cold start every pod on the node is
+    unready again with its old grant, and counting those rebuilt 3 slots on a node limited to 2 and let
+    their pods start together (found on the real nodes, tests/nodes/test_coldstart.py)."""
     held = []
     for pod in pods:
         annotations = meta(pod).get("annotations") or {}
@@ -142,7 +162,7 @@ def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
         if not granted or stage(pod) != "starting":
             continue
         when = parse_rfc3339(str(granted))
-        if when is None:
+        if when is None or ready_since(pod, when):
             continue
         namespace, name = key_of(pod)
         held.append(

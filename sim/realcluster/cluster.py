@@ -37,6 +37,7 @@ from sim.realcluster.host import (
     HostChanges,
     in_netns,
     kill_cgroup,
+    mounts_under,
     own_cgroup_base,
     run,
 )
@@ -76,9 +77,17 @@ def image_archive(image: str, work: Path) -> Path:
     return archive
 
 
+def node_tools(node_tools_dir: Path) -> NodeTools:
+    return NodeTools(
+        kubelet=node_tools_dir / "kubelet",
+        kube_proxy=node_tools_dir / "kube-proxy",
+        crictl=node_tools_dir / "crictl",
+    )
+
+
 def preflight(node_tools_dir: Path = NODE_TOOLS_DIR, bin_dir: Path = DEFAULT_BIN_DIR) -> None:
     """Fails with what is missing or in the way, before anything is changed."""
-    tools = NodeTools(kubelet=node_tools_dir / "kubelet", kube_proxy=node_tools_dir / "kube-proxy")
+    tools = node_tools(node_tools_dir)
     missing = [str(bin_dir / name) for name in missing_binaries(bin_dir)]
     missing += tools.missing()
     archives = [node_tools_dir / "images" / f"{name}.tar" for name in TESTBED_IMAGES]
@@ -117,7 +126,7 @@ class RealCluster:
         )
         self.images = list(images)
         self.node_tools_dir = node_tools_dir
-        self.tools = NodeTools(kubelet=node_tools_dir / "kubelet", kube_proxy=node_tools_dir / "kube-proxy")
+        self.tools = node_tools(node_tools_dir)
         self.ready_timeout = ready_timeout
         self.control_plane = ControlPlane(
             kubeconfig=kubeconfig,
@@ -139,7 +148,16 @@ class RealCluster:
 
     async def start_async(self) -> RealCluster:
         preflight(self.node_tools_dir, self.control_plane.bin_dir)
+        if self.changes.steps:
+            raise RealClusterError(
+                f"{self.data_dir} holds the record of a run whose changes to the host were not undone: "
+                f"`python -m sim realcluster --clean {self.data_dir}` first"
+            )
         began = time.monotonic()
+        # A new cluster each time: what an earlier run left in the data dir (etcd's data, the nodes' state)
+        # would bring its objects back.
+        for leftover in ("controlplane", "nodes", "images", "host-changes.tmp"):
+            shutil.rmtree(self.data_dir / leftover, ignore_errors=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.changes.save_sysctls((*KUBELET_SYSCTLS, "net.ipv4.ip_forward"))
@@ -164,6 +182,44 @@ class RealCluster:
     def stop(self, *, keep_data: bool = False) -> list[str]:
         """Stops everything and undoes every change to the host; returns what could not be undone. The
         data dir (logs) is removed if it was a temporary one and nothing went wrong."""
+        self._kill_nodes()
+        self.control_plane.stop(remove_data=False)
+        problems = self.changes.undo()
+        if self._own_data_dir and not keep_data and not problems:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        return problems
+
+    async def cold_restart(self, *, down_seconds: float = 2.0) -> None:
+        """The whole cluster off and on again, as after a power cut: every process killed (control plane,
+        kubelets, kube-proxies, containerd, every container), the mounts and the runtime's state gone (tmpfs
+        on a real machine), etcd's data, the images and kubelet's root-dir kept. The nodes come back first
+        and their kubelets wait for the API server, which comes back on the same address and port; returns
+        once every node is Ready again (the pods are the caller's to wait for)."""
+        self._kill_nodes()
+        self.control_plane.stop(remove_data=False)
+        for point in mounts_under(self.data_dir):
+            run("umount", "-l", point, check=False)
+        for node in self.nodes:
+            node.forget_runtime_state()
+        await asyncio.sleep(down_seconds)
+        for node in self.nodes:
+            await asyncio.to_thread(node.start_runtime)
+            await asyncio.to_thread(node.start_kubelet)
+            await asyncio.to_thread(node.start_kube_proxy)
+        old = self.control_plane
+        self.control_plane = ControlPlane(
+            kubeconfig=old.kubeconfig,
+            data_dir=old.data_dir,
+            bin_dir=old.bin_dir,
+            port=old.ports.apiserver,
+            address=old.address,
+            service_cidr=old.service_cidr,
+            extra_args=old.extra_args,
+        )
+        await self.control_plane.start_async()
+        await self._wait_nodes_ready()
+
+    def _kill_nodes(self) -> None:
         for node in self.nodes:
             for name in ("kube-proxy", "kubelet"):
                 node.stop_daemon(name)
@@ -173,11 +229,6 @@ class RealCluster:
             kill_cgroup(f"{self.cgroup}/")
         for node in self.nodes:
             node.stop()
-        self.control_plane.stop(remove_data=False)
-        problems = self.changes.undo()
-        if self._own_data_dir and not keep_data and not problems:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-        return problems
 
     async def __aenter__(self) -> RealCluster:
         return await self.start_async()
@@ -264,6 +315,11 @@ class RealCluster:
 
     def _ssl(self) -> ssl.SSLContext:
         return self.control_plane._admin_ssl()
+
+    def api_stream(self, path: str, *, timeout: float = 30) -> Any:
+        """A streaming GET as the admin (a watch): the response, to iterate line by line and close."""
+        request = urllib.request.Request(self.control_plane.server + path)
+        return urllib.request.urlopen(request, timeout=timeout, context=self._ssl())
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         """One request to the apiserver as the admin: (status, decoded JSON body)."""

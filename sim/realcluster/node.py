@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -43,17 +44,16 @@ class NodeTools:
 
     kubelet: Path
     kube_proxy: Path
+    crictl: Path
     containerd: str = "containerd"
     ctr: str = "ctr"
 
     def missing(self) -> list[str]:
-        from shutil import which
-
-        gone = [str(p) for p in (self.kubelet, self.kube_proxy) if not os.access(p, os.X_OK)]
+        gone = [str(p) for p in (self.kubelet, self.kube_proxy, self.crictl) if not os.access(p, os.X_OK)]
         gone += [
             name
             for name in (self.containerd, self.ctr, "runc", "nsenter", "iptables", "conntrack")
-            if not which(name)
+            if not shutil.which(name)
         ]
         gone += [
             f"{CNI_BIN_DIR}/{name}"
@@ -182,6 +182,21 @@ class Node:
         it (namespace k8s.io), as `kind load image-archive` does."""
         self._ctr("images", "import", str(archive))
 
+    def crictl(self, *args: str) -> str:
+        """crictl against this node's containerd, as an operator on the node runs it."""
+        argv = [str(self.tools.crictl), "--runtime-endpoint", f"unix://{self.socket}", *args]
+        try:
+            return run(*argv).stdout
+        except HostError as err:
+            raise NodeError(f"{self.plan.name}: {err}") from err
+
+    def container_pid(self, name: str) -> int:
+        """The host PID of the running container `name` (the first crictl lists)."""
+        ids = self.crictl("ps", "--name", f"^{name}$", "--state", "running", "-q").split()
+        if not ids:
+            raise NodeError(f"{self.plan.name}: no running container named {name}")
+        return int(self.crictl("inspect", "-o", "go-template", "--template", "{{.info.pid}}", ids[0]).strip())
+
     def check(self) -> None:
         for daemon in self.daemons.values():
             code = daemon.exit_code()
@@ -200,6 +215,12 @@ class Node:
         daemon = self.daemons.pop(name)
         daemon.stop()
         self._spawn(name, daemon.argv)
+
+    def forget_runtime_state(self) -> None:
+        """What a power cut clears: containerd's state and runc's root (tmpfs under /run on a real node).
+        Its root (images, snapshots) and kubelet's root-dir stay, as on disk."""
+        for name in ("state", "runc"):
+            shutil.rmtree(self.root / "containerd" / name, ignore_errors=True)
 
     def stop(self) -> None:
         """kube-proxy and kubelet first (so that nothing starts containers while containerd goes), then

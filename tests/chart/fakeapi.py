@@ -24,6 +24,7 @@ RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool]]] = {
     ],
     ("apps", "v1"): [("daemonsets", "DaemonSet", True), ("deployments", "Deployment", True)],
     ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True)],
+    ("coordination.k8s.io", "v1"): [("leases", "Lease", True)],
     ("rbac.authorization.k8s.io", "v1"): [
         ("clusterroles", "ClusterRole", False),
         ("clusterrolebindings", "ClusterRoleBinding", False),

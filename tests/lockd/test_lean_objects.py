@@ -67,7 +67,7 @@ def full_pod(*, init_state: dict[str, Any], app_state: dict[str, Any], ready: bo
             "uid": "u-1",
             "resourceVersion": "42",
             "labels": {"app": "web", Names().enable_label: "1"},
-            "annotations": {Names().node_slot_annotation: "2026-11-24T05:00:00Z"},
+            "annotations": {Names().node_slot_annotation: "2026-11-24T05:00:03Z"},
             "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": True}
             ],

@@ -110,6 +110,28 @@ def test_slots_to_rebuild_are_granted_pods_still_starting() -> None:
     assert rebuilt[0].granted_wall == pytest.approx(1795255205.25)
 
 
+def test_a_pod_ready_since_its_grant_holds_no_slot_after_a_restart() -> None:
+    """After a cold start every pod on the node is unready again, its old grant still annotated: a pod whose
+    Ready condition changed after the grant has been Ready since (its slot ended then) and holds none now;
+    one whose condition last changed before the grant (or in the same second) still holds its slot."""
+    granted = {NAMES.node_slot_annotation: "2026-11-21T10:00:05.250Z"}
+
+    def unready(name: str, *, since: str) -> dict[str, Any]:
+        subject = pod(name, annotations=granted, phase="Running")
+        subject["status"]["conditions"][0]["lastTransitionTime"] = since
+        return subject
+
+    node_pods = [
+        unready("rebooted", since="2026-11-21T10:00:09Z"),
+        unready("starting", since="2026-11-21T10:00:01Z"),
+        unready("same-second", since="2026-11-21T10:00:05Z"),
+    ]
+    rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
+    assert sorted(slot.name for slot in rebuilt) == ["same-second", "starting"]
+    assert pods.ready_since(node_pods[0], 1795255205.25)
+    assert not pods.ready_since(node_pods[1], 1795255205.25)
+
+
 def test_a_group_grant_is_no_node_slot_after_a_restart() -> None:
     """`granted-at` on a pod of a staggering group may be the controller's group grant (gate and evict
     mode) of a pod whose init client still waits for its node slot: only lockd's own `node-slot` counts

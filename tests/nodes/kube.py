@@ -2,10 +2,10 @@
 admin, through `RealCluster.api`, cheap enough to sample pods twice a second), the chart's release, and the
 herd's pods watched over time.
 
-`Herd` samples a set of pods until they are all Ready and keeps, per sample, how many had started (the app
-container running: every init container done) and how many were Ready, per node and in all; the tests
-check node and group limits against it. A start is seen from the API, so an overlap shorter than the
-sampling interval (0.5 s) can be missed; every workload here takes seconds to start.
+`Herd` watches a set of pods until they are all Ready and keeps, after every change, how many had started (the
+app container running: every init container done) and how many were Ready, per node and in all; the tests
+check node and group limits against it. A watch brings every version of a pod the API server stored, so a
+pod Ready for a moment (then unready again because its kubelet restarted) is seen Ready, as lockd sees it.
 """
 
 from __future__ import annotations
@@ -168,28 +168,37 @@ def workload(
     }
 
 
+def _instance(pod: dict[str, Any]) -> tuple[str, str]:
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return pod["metadata"]["name"], str(statuses[0].get("containerID", ""))
+
+
 @dataclass(frozen=True)
 class Sample:
     at: float
     started: int
     ready: int
     starting_per_node: dict[str, int]
+    starting: tuple[str, ...] = ()
 
 
 @dataclass
 class Herd:
-    """Samples the pods of `selector` in `namespace` every `every` seconds in a thread (see the module)."""
+    """Watches the pods of `selector` in `namespace` in a thread (see the module)."""
 
     kube: Kube
     namespace: str
     selector: str
-    every: float = 0.5
     samples: list[Sample] = field(default_factory=list)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     """Pods seen held (labelled `staggered`) at least once."""
     gated: set[str] = field(default_factory=set)
     """Pods seen with stagger's scheduling gate."""
+    ever_ready: set[tuple[str, str]] = field(default_factory=set)
+    """(pod, app container ID) seen Ready once: no longer starting if it turns unready (a restarted kubelet
+    reports every pod unready until its readiness probe passes again); a new container of the pod (a pod
+    sandbox made again after a cold start) starts anew. Seed it with another Herd's to carry on from it."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -205,25 +214,53 @@ class Herd:
 
     def _run(self) -> None:
         began = time.monotonic()
+        listed = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods?{self._query()}")
+        live = {p["metadata"]["name"]: p for p in listed["items"]}
+        version = listed["metadata"]["resourceVersion"]
+        self._sample(live, began)
         while not self._stop.is_set():
-            pods = self.kube.pods(self.namespace, self.selector)
-            for pod in pods:
-                name = pod["metadata"]["name"]
-                self.pods[name] = pod
-                if (pod["metadata"].get("labels") or {}).get(f"{PREFIX}/staggered") == "1":
-                    self.held.add(name)
-                if any(g.get("name") == f"{PREFIX}/pacing" for g in pod["spec"].get("schedulingGates", [])):
-                    self.gated.add(name)
-            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-            started = [p for p in live if has_started(p)]
-            per_node: dict[str, int] = {}
-            for pod in started:
-                if not is_ready(pod) and pod.get("status", {}).get("phase") == "Running":
-                    node = pod["spec"].get("nodeName", "")
-                    per_node[node] = per_node.get(node, 0) + 1
-            ready = sum(1 for p in live if is_ready(p) or p.get("status", {}).get("phase") == "Succeeded")
-            self.samples.append(Sample(time.monotonic() - began, len(started), ready, per_node))
-            self._stop.wait(self.every)
+            # Short watches, so that the thread sees _stop; each resumes where the last one ended.
+            path = f"/api/v1/namespaces/{self.namespace}/pods?{self._query()}&watch=1&timeoutSeconds=2&resourceVersion={version}"
+            with self.kube.cluster.api_stream(path) as stream:
+                for line in stream:
+                    event = json.loads(line)
+                    pod = event["object"]
+                    if event["type"] == "ERROR":  # 410: resume from a fresh list
+                        listed = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods?{self._query()}")
+                        live = {p["metadata"]["name"]: p for p in listed["items"]}
+                        version = listed["metadata"]["resourceVersion"]
+                        break
+                    version = pod["metadata"]["resourceVersion"]
+                    if event["type"] == "DELETED":
+                        live.pop(pod["metadata"]["name"], None)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        live[pod["metadata"]["name"]] = pod
+                    self._sample(live, began)
+
+    def _query(self) -> str:
+        return f"labelSelector={urllib.request.quote(self.selector)}"
+
+    def _sample(self, current: dict[str, dict[str, Any]], began: float) -> None:
+        """One sample after every change the watch brings (so no state, however short, is missed)."""
+        for name, pod in current.items():
+            self.pods[name] = pod
+            if (pod["metadata"].get("labels") or {}).get(f"{PREFIX}/staggered") == "1":
+                self.held.add(name)
+            if any(g.get("name") == f"{PREFIX}/pacing" for g in pod["spec"].get("schedulingGates", [])):
+                self.gated.add(name)
+        live = [p for p in current.values() if not p["metadata"].get("deletionTimestamp")]
+        self.ever_ready.update(_instance(p) for p in live if is_ready(p))
+        started = [p for p in live if has_started(p)]
+        per_node: dict[str, int] = {}
+        names = []
+        for pod in started:
+            starting = _instance(pod) not in self.ever_ready
+            if starting and pod.get("status", {}).get("phase") == "Running":
+                node = pod["spec"].get("nodeName", "")
+                per_node[node] = per_node.get(node, 0) + 1
+                names.append(f"{node}/{pod['metadata']['name']}")
+        ready = sum(1 for p in live if is_ready(p) or p.get("status", {}).get("phase") == "Succeeded")
+        self.samples.append(Sample(time.monotonic() - began, len(started), ready, per_node, tuple(names)))
 
     def wait_ready(self, count: int, *, timeout: float = 180) -> None:
         def done() -> bool | None:
@@ -236,6 +273,9 @@ class Herd:
         """Pods seen during the run that no longer exist (evicted or deleted)."""
         now = set(pod_names(self.kube.pods(self.namespace, self.selector)))
         return set(self.pods) - now
+
+    def over_node_limit(self, limit: int) -> list[Sample]:
+        return [s for s in self.samples if max(s.starting_per_node.values(), default=0) > limit]
 
     def max_starting_per_node(self) -> int:
         return max((max(s.starting_per_node.values(), default=0) for s in self.samples), default=0)
@@ -251,6 +291,10 @@ class Release:
     namespace: str
     image: str
     values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefix(self) -> str:
+        return str(self.values.get("prefix", PREFIX))
 
     def _image_values(self) -> list[str]:
         repository, _, tag = self.image.rpartition(":")
@@ -290,7 +334,7 @@ class Release:
 
         def ready() -> bool | None:
             lockds = [p for p in self.kube.pods(self.namespace, self.selector("lockd")) if is_ready(p)]
-            leaders = self.kube.pods(self.namespace, f"{self.selector('controller')},{PREFIX}/leader=1")
+            leaders = self.kube.pods(self.namespace, f"{self.selector('controller')},{self.prefix}/leader=1")
             return True if len(lockds) >= nodes and any(is_ready(p) for p in leaders) else None
 
         wait_for(

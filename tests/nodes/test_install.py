@@ -29,7 +29,7 @@ def test_lockd_runs_on_every_node_and_answers_on_its_address(
 def test_one_controller_replica_leads(stagger: Release, kube: Kube) -> None:
     controllers = kube.pods(stagger.namespace, stagger.selector("controller"))
     assert len(controllers) == 2 and all(is_ready(p) for p in controllers)
-    leaders = [p for p in controllers if p["metadata"]["labels"].get(f"{PREFIX}/leader") == "1"]
+    leaders = [p for p in controllers if p["metadata"]["labels"].get(f"{stagger.prefix}/leader") == "1"]
     assert len(leaders) == 1, [p["metadata"]["labels"] for p in controllers]
 
 
