@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`)."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options."""
 
 from __future__ import annotations
 
@@ -7,12 +7,22 @@ import asyncio
 import json
 import sys
 
-from tests.bench import admission_bench, buys_bench, groups_bench, lockd_bench, lockd_node_bench
+from tests.bench import (
+    admission_bench,
+    buys_bench,
+    groups_bench,
+    lockd_bench,
+    lockd_node_bench,
+    realherd_bench,
+)
 
 KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "lockd-node", "admission", "groups", "buys")
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["realherd"]:
+        return realherd_bench.main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(KNOWN)} (default: all)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")

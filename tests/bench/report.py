@@ -195,6 +195,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "",
         *_included(out, "buys.md"),
         "",
+        "## 4. The real herd, on real nodes",
+        "",
+        "Command: `python -m tests.bench realherd` (root, after `make control-plane node-tools image`; not",
+        "run by `make bench`, which includes its last realherd.md; the plot is realherd.png).",
+        "",
+        *_included(out, "realherd.md"),
+        "",
     ]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
