@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 COMMANDS: dict[str, str] = {
     "apiserver": "the Kubernetes API server emulator alone, until interrupted",
     "controlplane": "a real control plane (etcd, kube-apiserver, -controller-manager, -scheduler) on loopback",
-    "realcluster": "a real cluster on this machine: the control plane and real nodes (containerd, kubelet, kube-proxy)",
     "cluster": "a simulated cluster (nodes, kubelets, lockd per node) on the emulator or the real control plane",
     "herd": "the herd demo: a burst of pods without and with stagger, as a table and a PNG timeline",
     "groups": "the staggering-group demo: one group of 40 pods paced 4/4/16, in lock and gate mode, with a plot",
     "chaos": "a randomized herd under injected faults (API errors, outages, killed processes), then checked",
+    "realcluster": "a real cluster on this machine: the control plane and real nodes (containerd, kubelet, kube-proxy)",
 }
 
 EPILOG = """\

@@ -56,56 +56,57 @@ class Pki:
 
     root: Path
 
-    def _pair(self, name: str) -> Pair:
+    def pair(self, name: str) -> Pair:
+        """The certificate and key named `name` under the PKI root (e.g. nodes/node-1/kubelet)."""
         return Pair(self.root / f"{name}.crt", self.root / f"{name}.key")
 
     @property
     def ca(self) -> Pair:
-        return self._pair("ca")
+        return self.pair("ca")
 
     @property
     def apiserver(self) -> Pair:
-        return self._pair("apiserver")
+        return self.pair("apiserver")
 
     @property
     def apiserver_kubelet_client(self) -> Pair:
-        return self._pair("apiserver-kubelet-client")
+        return self.pair("apiserver-kubelet-client")
 
     @property
     def apiserver_etcd_client(self) -> Pair:
-        return self._pair("apiserver-etcd-client")
+        return self.pair("apiserver-etcd-client")
 
     @property
     def front_proxy_ca(self) -> Pair:
-        return self._pair("front-proxy-ca")
+        return self.pair("front-proxy-ca")
 
     @property
     def front_proxy_client(self) -> Pair:
-        return self._pair("front-proxy-client")
+        return self.pair("front-proxy-client")
 
     @property
     def etcd_ca(self) -> Pair:
-        return self._pair("etcd/ca")
+        return self.pair("etcd/ca")
 
     @property
     def etcd_server(self) -> Pair:
-        return self._pair("etcd/server")
+        return self.pair("etcd/server")
 
     @property
     def etcd_peer(self) -> Pair:
-        return self._pair("etcd/peer")
+        return self.pair("etcd/peer")
 
     @property
     def admin(self) -> Pair:
-        return self._pair("admin")
+        return self.pair("admin")
 
     @property
     def controller_manager(self) -> Pair:
-        return self._pair("controller-manager")
+        return self.pair("controller-manager")
 
     @property
     def scheduler(self) -> Pair:
-        return self._pair("scheduler")
+        return self.pair("scheduler")
 
     @property
     def sa_key(self) -> Path:

@@ -262,7 +262,7 @@ class ControlPlane:
             self._write_component_kubeconfigs()
             self._spawn(ETCD, self._etcd_args())
             self._spawn(APISERVER, self._apiserver_args())
-            admin = self._admin_ssl()
+            admin = self.admin_ssl()
             await self._wait_ok(APISERVER, f"{self.server}/readyz", admin)
             self._spawn(CONTROLLER_MANAGER, self._controller_manager_args())
             self._spawn(SCHEDULER, self._scheduler_args())
@@ -387,7 +387,8 @@ class ControlPlane:
     def _loopback(self) -> bool:
         return ipaddress.ip_address(self.address).is_loopback
 
-    def _admin_ssl(self) -> ssl.SSLContext:
+    def admin_ssl(self) -> ssl.SSLContext:
+        """A TLS context that trusts the cluster CA and presents the admin certificate (system:masters)."""
         context = ssl.create_default_context(cafile=str(self.pki.ca.cert))
         context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
         return context

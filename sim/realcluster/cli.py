@@ -25,8 +25,8 @@ from sim.realcluster.plan import MAX_NODES
 
 EPILOG = """\
 examples:
-  make image node-tools
   python -m sim realcluster --nodes 2 --kubeconfig kc --load-image localhost/stagger:dev
+      (as root, after `make image control-plane node-tools`)
   .tools/bin/kubectl --kubeconfig kc get nodes -o wide
   helm --kubeconfig kc install stagger charts/stagger --set image.repository=localhost/stagger \\
       --set image.tag=dev --set image.pullPolicy=Never

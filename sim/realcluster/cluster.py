@@ -314,7 +314,7 @@ class RealCluster:
     # --- the API -------------------------------------------------------------------------------------
 
     def _ssl(self) -> ssl.SSLContext:
-        return self.control_plane._admin_ssl()
+        return self.control_plane.admin_ssl()
 
     def api_stream(self, path: str, *, timeout: float = 30) -> Any:
         """A streaming GET as the admin (a watch): the response, to iterate line by line and close."""

@@ -315,7 +315,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         }
 
     def _kubeconfig(self, name: str, common_name: str, organizations: tuple[str, ...] = ()) -> Path:
-        pair = self.pki._pair(f"nodes/{self.plan.name}/{name}")
+        pair = self.pki.pair(f"nodes/{self.plan.name}/{name}")
         issue_client_cert(self.pki, pair, common_name, organizations=organizations)
         path = self.root / name / "kubeconfig"
         write_private(
