@@ -23,14 +23,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal
 
 import requests
 
 from initclient.settings import Settings
+from stagger.contracts.lock import LOCK_PATH, LockParams, LockReply, read_lock_reply
 from stagger.durations import format_duration
 
 __all__ = [
@@ -39,8 +40,6 @@ __all__ = [
     "Failure",
     "Finish",
     "Line",
-    "LockParams",
-    "LockReply",
     "Reply",
     "Request",
     "Sleep",
@@ -50,7 +49,6 @@ __all__ = [
     "fetch_lock",
     "give_up",
     "jittered",
-    "lock_reply",
     "max_wait",
     "parse_retry_after",
     "plan_request",
@@ -74,26 +72,6 @@ LAST_ASK = 0.5
 Level = Literal["info", "warning", "error"]
 Kind = Literal["starting", "waiting", "not-ready", "unreachable", "failing"]
 _TROUBLE: frozenset[Kind] = frozenset({"unreachable", "failing"})
-
-
-class LockParams(TypedDict):
-    """Query of GET /v1/lock."""
-
-    namespace: str
-    name: str
-    wait: str
-    uid: NotRequired[str]
-
-
-class LockReply(TypedDict, total=False):
-    """The fields of a /v1/lock answer body that the client reads (200, 423, 503, 4xx)."""
-
-    granted: bool
-    reason: str
-    position: int
-    error: str
-    maxWait: float  # seconds: the node policy's maxWait (423)
-    releaseToken: str  # 200 of a new grant: the secret that DELETE /v1/lock needs
 
 
 @dataclass(frozen=True)
@@ -366,27 +344,6 @@ def parse_retry_after(value: str | None, *, wall_now: float) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def lock_reply(data: object) -> LockReply:
-    """The fields of a decoded JSON body that have the contract's types; others are dropped."""
-    reply: LockReply = {}
-    if not isinstance(data, Mapping):
-        return reply
-    if isinstance(granted := data.get("granted"), bool):
-        reply["granted"] = granted
-    if isinstance(reason := data.get("reason"), str):
-        reply["reason"] = reason
-    if isinstance(error := data.get("error"), str):
-        reply["error"] = error
-    if isinstance(position := data.get("position"), int) and not isinstance(position, bool):
-        reply["position"] = position
-    if isinstance(token := data.get("releaseToken"), str) and token:
-        reply["releaseToken"] = token
-    limit = data.get("maxWait")
-    if isinstance(limit, int | float) and not isinstance(limit, bool) and math.isfinite(limit) and limit >= 0:
-        reply["maxWait"] = float(limit)
-    return reply
-
-
 # ---------------------------------------------------------------------------------------------
 # the shell
 
@@ -411,7 +368,7 @@ def fetch_lock(session: requests.Session, *, lockd_url: str, request: Request, w
     """One GET /v1/lock; every failure to get an HTTP answer becomes a `Failure`."""
     try:
         response = session.get(
-            f"{lockd_url}/v1/lock",
+            f"{lockd_url}{LOCK_PATH}",
             params={key: str(value) for key, value in request.params.items()},
             timeout=(request.connect_timeout, request.read_timeout),
             allow_redirects=False,
@@ -427,7 +384,7 @@ def fetch_lock(session: requests.Session, *, lockd_url: str, request: Request, w
     except ValueError:
         data = None
     retry_after = parse_retry_after(response.headers.get("Retry-After"), wall_now=wall_now)
-    return Reply(status=response.status_code, body=lock_reply(data), retry_after=retry_after)
+    return Reply(status=response.status_code, body=read_lock_reply(data), retry_after=retry_after)
 
 
 _LEVELS: dict[Level, int] = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}

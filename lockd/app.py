@@ -26,8 +26,17 @@ from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
 from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
 from lockd.settings import Settings
-from lockd.wire import ErrorBody, LeftQueueBody, LockDenied, LockGranted, QueueFullBody, Released
 from stagger import kube, policy, throttles
+from stagger.contracts.lock import (
+    LOCK_PATH,
+    RELEASE_TOKEN_HEADER,
+    ErrorBody,
+    LeftQueueBody,
+    LockDenied,
+    LockGranted,
+    QueueFullBody,
+    Released,
+)
 from stagger.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
@@ -245,7 +254,7 @@ async def lock(request: web.Request) -> web.Response:
         "grantedAt": format_rfc3339(slot.granted_wall),
         "releaseToken": outcome.token,
     }
-    return _json(body, headers={params.RELEASE_TOKEN_HEADER: outcome.token})
+    return _json(body, headers={RELEASE_TOKEN_HEADER: outcome.token})
 
 
 async def unlock(request: web.Request) -> web.Response:
@@ -690,9 +699,9 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         app.cleanup_ctx.append(_cluster_parts)  # trims the heap once the node's pods are listed
     else:
         app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
-    app.router.add_route("GET", "/v1/lock", lock)
-    app.router.add_route("POST", "/v1/lock", lock)
-    app.router.add_route("DELETE", "/v1/lock", unlock)
+    app.router.add_route("GET", LOCK_PATH, lock)
+    app.router.add_route("POST", LOCK_PATH, lock)
+    app.router.add_route("DELETE", LOCK_PATH, unlock)
     app.router.add_get("/", legacy_lock)
     app.router.add_get("/status", show_status)
     app.router.add_get("/healthz", healthz)

@@ -14,11 +14,12 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import aiohttp
 
 from lockd.ledger import PodKey
+from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, WaitRequest
 from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
@@ -26,14 +27,6 @@ logger = logging.getLogger(__name__)
 FailurePolicy = Literal["open", "closed"]
 # While the controller is being retried (before groupUnavailableAfter), ask again this soon.
 UNREACHABLE_RETRY_SECONDS = 2.0
-
-
-class GrantRequest(TypedDict):
-    namespace: str
-    name: str
-    uid: str
-    group: str
-    node: str
 
 
 @dataclass(frozen=True)
@@ -132,7 +125,7 @@ class GroupClient:
         ssl_context: ssl.SSLContext | bool = True,
     ) -> None:
         self._session = session
-        self._url = url.rstrip("/") + "/v1/groups/grant"
+        self._url = url.rstrip("/") + GRANT_PATH
         self._token_file = token_file
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._ssl = ssl_context
@@ -203,7 +196,7 @@ class GroupWatch:
         max_backoff: float = 30.0,
     ) -> None:
         self._session = session
-        self._url = url.rstrip("/") + "/v1/groups/wait"
+        self._url = url.rstrip("/") + WAIT_PATH
         self._token_file = token_file
         self._node = node
         self._wait = wait
@@ -255,7 +248,7 @@ class GroupWatch:
 
     async def _poll(self, keys: list[PodKey]) -> list[PodKey] | None:
         """One long poll; None when it was cut short because more pods stepped aside meanwhile."""
-        body = {
+        body: WaitRequest = {
             "node": self._node,
             "wait": self._wait,
             "pods": [{"namespace": ns, "name": n} for ns, n in keys],
@@ -280,7 +273,7 @@ class GroupWatch:
             await request
         return None
 
-    async def _post(self, body: dict[str, object]) -> list[PodKey]:
+    async def _post(self, body: WaitRequest) -> list[PodKey]:
         self.requests += 1
         async with self._session.post(
             self._url, json=body, headers=_headers(self._token_file), timeout=self._timeout, ssl=self._ssl

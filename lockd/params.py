@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from stagger.contracts.lock import RELEASE_TOKEN_HEADER
+
 # Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain. Always used with
 # `fullmatch`: `re.match` with `$` would accept a trailing newline.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -96,9 +98,6 @@ def status_limit(query: Mapping[str, str], *, default: int = 100) -> int:
 
 def release_token(headers: Mapping[str, str]) -> str:
     return headers.get(RELEASE_TOKEN_HEADER, "").strip()
-
-
-RELEASE_TOKEN_HEADER = "X-Stagger-Release-Token"
 
 
 def status_format(query: Mapping[str, str]) -> str:

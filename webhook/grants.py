@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from stagger.contracts import groups as contract
 from stagger.groupbook import PodKey
 from webhook import wire
 
@@ -61,10 +62,10 @@ def _object(raw: bytes) -> Mapping[str, Any]:
     return body
 
 
-def parse_grant(raw: bytes) -> wire.GrantRequestBody:
+def parse_grant(raw: bytes) -> contract.GrantRequest:
     """The body of `POST /v1/groups/grant`; raises ValueError naming the bad field."""
     body = _object(raw)
-    request: wire.GrantRequestBody = {
+    request: contract.GrantRequest = {
         "namespace": _name(body, "namespace"),
         "name": _name(body, "name"),
         "uid": _name(body, "uid", required=False),
@@ -116,7 +117,7 @@ def _pairs(body: Mapping[str, Any], field: str) -> list[list[str]]:
     return pairs
 
 
-def parse_admit(raw: bytes) -> wire.AdmitRequestBody:
+def parse_admit(raw: bytes) -> contract.AdmitRequest:
     """The body of `POST /v1/groups/admit`; raises ValueError naming the bad field."""
     body = _object(raw)
     dry_run = body.get("dryRun", False)
@@ -153,5 +154,5 @@ def not_granting(*, leader: str | None, is_leader: bool) -> web.Response:
         reason = f"not the leader: {leader} leads"
     else:
         reason = "no leader elected yet"
-    body: wire.NotLeaderBody = {"error": reason, "leader": leader}
+    body: contract.NotLeaderBody = {"error": reason, "leader": leader}
     return web.json_response(body, status=503, headers={"Retry-After": "1"})

@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from stagger import kube
+from stagger.contracts import groups as contract
 from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord, pair_label
 from stagger.informer import InformerSettings
@@ -114,9 +115,9 @@ def install(
     With `config` None (no API server), the routes answer 503 and `/status` says why."""
     pacing = Pacing(names=app[ADMISSION].names, policies={p.name: p for p in app[ADMISSION].policies})
     app[GROUPS] = Groups(pacing=pacing)
-    app.router.add_post("/v1/groups/grant", grant)
-    app.router.add_post("/v1/groups/wait", wait)
-    app.router.add_post("/v1/groups/admit", admit)
+    app.router.add_post(contract.GRANT_PATH, grant)
+    app.router.add_post(contract.WAIT_PATH, wait)
+    app.router.add_post(contract.ADMIT_PATH, admit)
     app[EVICT_DECIDER] = lambda question: _decide_evict(app, question)
     app[READINESS].append(_not_synced)
     app[METRICS].refreshers.append(lambda: _publish(app))
@@ -373,7 +374,7 @@ async def grant(request: web.Request) -> web.Response:
         logger.info("granted %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
     else:
         logger.debug("held %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
-    answer: wire.GrantAnswer = {
+    answer: contract.GrantAnswer = {
         "granted": decision.granted,
         "reason": decision.reason,
         "retryAfter": round(decision.retry_after, 3),
@@ -390,7 +391,7 @@ async def wait(request: web.Request) -> web.Response:
     except ValueError as err:
         return grants.bad_request(str(err))
     found = await request.app[GROUPS].pacing.wait_grantable(keys, within=seconds)
-    answer: wire.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
+    answer: contract.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
     return web.json_response(answer)
 
 
@@ -469,13 +470,13 @@ async def _ask_leader(
         reason = f"this replica does not lead and cannot ask the leader ({why})"
         logger.info("held a pod in evict mode: %s", reason)
         return EvictAnswer(outcome="hold", reason=reason, now=now), False
-    body: wire.AdmitRequestBody = {
+    body: contract.AdmitRequest = {
         "pacerGroups": [list(pair) for pair in question.pacer_groups],
         "bypassedGroups": [list(pair) for pair in question.bypassed_groups],
         "owner": question.owner,
         "dryRun": question.dry_run,
     }
-    url = settings.leader_url.rstrip("/") + "/v1/groups/admit"
+    url = settings.leader_url.rstrip("/") + contract.ADMIT_PATH
     try:
         async with groups.session.post(
             url,
@@ -536,7 +537,7 @@ async def admit(request: web.Request) -> web.Response:
     request.app[METRICS].evict_admissions.labels(
         outcome="admit" if decision.admit else "hold", basis=decision.basis
     ).inc()
-    answer: wire.AdmitAnswer = {"admit": decision.admit, "reason": decision.reason}
+    answer: contract.AdmitAnswer = {"admit": decision.admit, "reason": decision.reason}
     if decision.ticket is not None:
         answer["ticket"] = decision.ticket
     if decision.held_since is not None:

@@ -1,5 +1,6 @@
 """The shapes on the wire between the API server and the admission webhook: admission.k8s.io/v1
-AdmissionReview (request and response) and RFC 6902 JSON Patch operations.
+AdmissionReview (request and response) and RFC 6902 JSON Patch operations. The group pacer service's
+(lockd and the controller's replicas -> the leader) are in `stagger.contracts.groups`.
 
 Typing only: what arrives is untrusted JSON and is checked field by field by `webhook.admission`; these
 say what a well-formed review holds (the fields of kube-apiserver's Admission v1 reference) and what we
@@ -15,8 +16,6 @@ __all__ = [
     "KIND",
     "AdmissionRequest",
     "AdmissionResponse",
-    "AdmitAnswer",
-    "AdmitRequestBody",
     "ErrorBody",
     "GroupVersionKind",
     "GroupVersionResource",
@@ -117,64 +116,3 @@ class PatchOperation(TypedDict):
     op: Literal["add", "remove", "replace", "move", "copy", "test"]
     path: str  # a JSON Pointer (RFC 6901): "~" is written "~0" and "/" "~1" inside a member name
     value: NotRequired[Any]
-
-
-# --- lockd -> controller: group grants (docs/contracts.md) ----------------------------------------------
-
-
-class GrantRequestBody(TypedDict):
-    """`POST /v1/groups/grant`: may this pod of a staggering group start now?"""
-
-    namespace: str
-    name: str
-    uid: str
-    group: NotRequired[str]  # the group label's value, for the log only: the book knows the pod's groups
-    node: NotRequired[str]
-
-
-class GrantAnswer(TypedDict):
-    granted: bool
-    reason: str
-    retryAfter: float
-
-
-class PodName(TypedDict):
-    namespace: str
-    name: str
-
-
-class WaitRequestBody(TypedDict):
-    """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go."""
-
-    node: str
-    wait: float
-    pods: list[PodName]
-
-
-class WaitAnswer(TypedDict):
-    grantable: list[PodName]
-
-
-class NotLeaderBody(TypedDict):
-    error: str
-    leader: str | None
-
-
-# --- controller replica -> leader: evict-mode admission (docs/contracts.md) -----------------------------
-
-
-class AdmitRequestBody(TypedDict):
-    """`POST /v1/groups/admit`: a replica that does not lead asks the leader whether to let a pod in evict
-    mode through at admission or to hold it. Pairs are [policy, key]."""
-
-    pacerGroups: list[list[str]]
-    bypassedGroups: list[list[str]]
-    owner: str  # the uid of the pod's controller
-    dryRun: bool
-
-
-class AdmitAnswer(TypedDict):
-    admit: bool
-    reason: str
-    ticket: NotRequired[str]  # the claimed place's id, annotated on the pod
-    heldSince: NotRequired[float]  # epoch seconds: the first hold of the pod's chain

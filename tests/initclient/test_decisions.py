@@ -16,14 +16,12 @@ from initclient.client import (
     Decision,
     Failure,
     Finish,
-    LockReply,
     Reply,
     Sleep,
     WaitState,
     backoff_delay,
     decide,
     give_up,
-    lock_reply,
     max_wait,
     parse_retry_after,
     plan_request,
@@ -31,6 +29,7 @@ from initclient.client import (
     start,
 )
 from initclient.settings import Settings
+from stagger.contracts.lock import LockReply, read_lock_reply
 
 SETTINGS = Settings(lockd_url="http://lockd:8080", namespace="ns", name="pod", uid="u-1")
 BUSY = "2 of 2 slots in use (maxConcurrent)"
@@ -466,7 +465,7 @@ def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
     ],
 )
 def test_lock_reply_keeps_only_well_typed_fields(data: object, reply: LockReply) -> None:
-    assert lock_reply(data) == reply
+    assert read_lock_reply(data) == reply
 
 
 # --- invariants -------------------------------------------------------------------------------

@@ -1,0 +1,9 @@
+"""The wire contracts between stagger's processes, one module each, imported by both ends (docs/contracts.md):
+
+- `lock`: lockd's lock API (`/v1/lock`): the query, every answer body, the release-token header, and the
+  reader the init client applies to an answer;
+- `groups`: lockd -> the controller's leader (`/v1/groups/grant`, `/v1/groups/wait`) and a controller replica
+  -> the leader (`/v1/groups/admit`).
+
+Types only, and pure readers: no I/O here.
+"""

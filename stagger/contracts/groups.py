@@ -1,0 +1,67 @@
+"""The group pacer service on the wire (docs/contracts.md, "Group grants"): what lockd asks the controller's
+leader (`POST /v1/groups/grant`, `POST /v1/groups/wait`) and what a controller replica that does not lead
+asks the leader (`POST /v1/groups/admit`), with the answers. lockd and the controller both import these."""
+
+from __future__ import annotations
+
+from typing import Final, NotRequired, TypedDict
+
+GRANT_PATH: Final = "/v1/groups/grant"
+WAIT_PATH: Final = "/v1/groups/wait"
+ADMIT_PATH: Final = "/v1/groups/admit"
+
+
+class GrantRequest(TypedDict):
+    """`POST /v1/groups/grant`: may this pod of a staggering group start now? lockd always sends `group` and
+    `node`; the controller needs neither (its book knows the pod's groups) and logs them when present."""
+
+    namespace: str
+    name: str
+    uid: str
+    group: NotRequired[str]  # the group label's value
+    node: NotRequired[str]
+
+
+class GrantAnswer(TypedDict):
+    granted: bool
+    reason: str
+    retryAfter: float
+
+
+class PodName(TypedDict):
+    namespace: str
+    name: str
+
+
+class WaitRequest(TypedDict):
+    """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go."""
+
+    node: str
+    wait: float
+    pods: list[PodName]
+
+
+class WaitAnswer(TypedDict):
+    grantable: list[PodName]
+
+
+class NotLeaderBody(TypedDict):
+    error: str
+    leader: str | None
+
+
+class AdmitRequest(TypedDict):
+    """`POST /v1/groups/admit`: a replica that does not lead asks the leader whether to let a pod in evict
+    mode through at admission or to hold it. Pairs are [policy, key]."""
+
+    pacerGroups: list[list[str]]
+    bypassedGroups: list[list[str]]
+    owner: str  # the uid of the pod's controller
+    dryRun: bool
+
+
+class AdmitAnswer(TypedDict):
+    admit: bool
+    reason: str
+    ticket: NotRequired[str]  # the claimed place's id, annotated on the pod
+    heldSince: NotRequired[float]  # epoch seconds: the first hold of the pod's chain

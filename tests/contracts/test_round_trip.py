@@ -1,0 +1,115 @@
+"""The wire contracts of stagger.contracts, written by one end and read by the other: lockd's real server
+answers the init client's real request code (`fetch_lock`, over HTTP on loopback), whose reader keeps every
+field of each answer that the client reads (200 with its release token, 423, 429); and the group pacer
+service's requests and answers as lockd and the controller build them (typed by `stagger.contracts.groups`)
+read back by the other end's parser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from initclient.client import Reply, Request, fetch_lock
+from lockd.groups import parse_answer, parse_wait_answer
+from stagger.contracts.groups import AdmitRequest, GrantAnswer, GrantRequest, WaitAnswer, WaitRequest
+from stagger.contracts.lock import RELEASE_TOKEN_HEADER, LockParams, LockReply
+from tests.lockd import conftest as lockd_conftest
+from tests.lockd.conftest import StartLockd
+from webhook import grants
+
+ONE_SLOT = """nodePolicies:
+- name: one
+  throttleConfig: {maxConcurrent: {value: 1}}
+  maxQueue: 1
+  maxWait: 90s
+"""
+
+
+@pytest.fixture
+def start_lockd(aiohttp_client: Any, tmp_path: Path) -> StartLockd:
+    """tests/lockd's fixture of the same name (lockd's real app and server over HTTP on loopback)."""
+    return lockd_conftest.start_lockd.__wrapped__(aiohttp_client, tmp_path)  # type: ignore[no-any-return]
+
+
+async def ask(url: str, name: str) -> Reply:
+    """One ask with the init client's own request code and reader, as it runs in a pod."""
+    params: LockParams = {"namespace": "shop", "name": name, "wait": "0"}
+    request = Request(params=params, connect_timeout=2.0, read_timeout=5.0)
+
+    def fetch() -> Reply:
+        with requests.Session() as session:
+            outcome = fetch_lock(session, lockd_url=url, request=request, wall_now=time.time())
+        assert isinstance(outcome, Reply), outcome
+        return outcome
+
+    return await asyncio.to_thread(fetch)
+
+
+def read_fields(raw: dict[str, Any]) -> LockReply:
+    """The fields of a raw answer that the client's reply type names."""
+    return {key: value for key, value in raw.items() if key in LockReply.__annotations__}  # type: ignore[return-value]
+
+
+async def test_each_lock_answer_is_read_whole_by_the_init_client(start_lockd: StartLockd) -> None:
+    lockd = await start_lockd(ONE_SLOT)
+    url = str(lockd.client.make_url("")).rstrip("/")
+
+    granted = await lockd.client.get("/v1/lock", params={"namespace": "shop", "name": "raw"})
+    raw = await granted.json()
+    assert granted.status == 200 and raw["releaseToken"] == granted.headers[RELEASE_TOKEN_HEADER]
+
+    denied = await ask(url, "second")  # 423: the one slot is held
+    full = await ask(url, "third")  # 429: the queue of 1 is full
+    assert denied.status == 423 and full.status == 429
+    raw_denied = await (
+        await lockd.client.get("/v1/lock", params={"namespace": "shop", "name": "second"})
+    ).json()
+    raw_full = await (
+        await lockd.client.get("/v1/lock", params={"namespace": "shop", "name": "third"})
+    ).json()
+    assert denied.body == read_fields(raw_denied), (denied.body, raw_denied)
+    assert full.body == read_fields(raw_full), (full.body, raw_full)
+    assert denied.body["maxWait"] == 90.0 and denied.body["position"] == 1
+
+    released = await lockd.client.delete(
+        "/v1/lock",
+        params={"namespace": "shop", "name": "raw"},
+        headers={RELEASE_TOKEN_HEADER: raw["releaseToken"]},
+    )
+    assert released.status == 200
+    mine = await ask(url, "second")  # its turn now: a 200 with its release token
+    assert mine.status == 200 and mine.body["granted"] is True and mine.body["releaseToken"]
+
+
+def test_a_grant_request_as_lockd_sends_it_is_what_the_controller_reads() -> None:
+    sent: GrantRequest = {"namespace": "shop", "name": "web-1", "uid": "u-1", "group": "g1", "node": "n1"}
+    assert grants.parse_grant(json.dumps(sent).encode()) == sent
+    bare: GrantRequest = {"namespace": "shop", "name": "web-1", "uid": "u-1"}
+    assert grants.parse_grant(json.dumps(bare).encode()) == bare
+
+
+def test_the_controller_answers_are_what_lockd_reads() -> None:
+    answer: GrantAnswer = {"granted": False, "reason": "group g1: 4 of 4 starting", "retryAfter": 1.5}
+    verdict = parse_answer(json.loads(json.dumps(answer)))
+    assert (verdict.granted, verdict.reason, verdict.retry_after) == (False, answer["reason"], 1.5)
+    grantable: WaitAnswer = {"grantable": [{"namespace": "shop", "name": "web-2"}]}
+    assert parse_wait_answer(json.loads(json.dumps(grantable))) == [("shop", "web-2")]
+
+
+def test_a_wait_and_an_admit_request_are_what_the_leader_reads() -> None:
+    wait: WaitRequest = {"node": "n1", "wait": 25.0, "pods": [{"namespace": "shop", "name": "web-2"}]}
+    node, seconds, keys = grants.parse_wait(json.dumps(wait).encode())
+    assert (node, seconds, keys) == ("n1", 25.0, [("shop", "web-2")])
+    admit: AdmitRequest = {
+        "pacerGroups": [["p", "k"]],
+        "bypassedGroups": [],
+        "owner": "rs-uid",
+        "dryRun": False,
+    }
+    assert grants.parse_admit(json.dumps(admit).encode()) == admit
