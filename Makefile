@@ -88,13 +88,13 @@ control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-
 .tools/controlplane/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
 	GOFLAGS=-p=2 bash testbed/build.sh .tools/controlplane $*
 
-# The real nodes of `python -m sim realcluster` (docs/testbed.md): kubelet and kube-proxy from testbed/go.mod as the
-# control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
+# Everything `python -m sim realcluster` needs but the stagger image (docs/testbed.md): the venv, the control plane,
+# kubelet and kube-proxy from testbed/go.mod as the control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
 # containerd, runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
 NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl)
 CRICTL_VERSION ?= v1.37.0
 
-node-tools: $(NODE_TOOLS) ## real nodes: kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
+node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane, kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
 	bash testbed/node-tools.sh .tools/nodes
 
 .tools/nodes/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
