@@ -36,7 +36,7 @@ import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_args
 
 from sortedcontainers import SortedList
 
@@ -44,8 +44,11 @@ from stagger import matching, pacers
 from stagger.durations import format_duration
 from stagger.matching import Pair
 from stagger.names import Names
-from stagger.policy import StaggeringPolicy
+from stagger.policy import Hold, StaggeringPolicy
 from stagger.timestamps import parse_rfc3339
+
+HOLDS: Final = frozenset(get_args(Hold))
+"""The hold annotation's values that mark an evict-mode hold: read from the policy's `Hold` type."""
 
 __all__ = [
     "DEFAULT_START_TIMEOUT",
@@ -771,7 +774,7 @@ def record_from_pod(
         ready=ready,
         finished=status.get("phase") in ("Succeeded", "Failed"),
         gated=gated,
-        evict_hold=held and annotations.get(names.hold_annotation) in ("nodeSelector", "stub"),
+        evict_hold=held and annotations.get(names.hold_annotation) in HOLDS,
         owner=sys.intern(controller_uid(metadata)),
         ticket=ticket if isinstance(ticket, str) and ticket else None,
     )

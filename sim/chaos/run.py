@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import aiohttp
 
@@ -216,6 +216,11 @@ async def _create(sim: SimCluster, herd: ChaosHerd, workload: ChaosWorkload) -> 
         await sim.apply(manifest)
 
 
+KillKind = Literal["lockd", "leader", "both"]
+"""What one kill of a chaos run kills: a node's lockd, the controller's leader, or both at once. The choice
+is drawn from this type's values in this order (a seed's run stays the same)."""
+
+
 async def _kills(
     sim: SimCluster, *, rng: random.Random, count: int, span: float, start: float, done: list[str]
 ) -> None:
@@ -224,7 +229,7 @@ async def _kills(
     async with aiohttp.ClientSession() as session:
         for moment in moments:
             await asyncio.sleep(max(0.0, moment - (time.monotonic() - start)))
-            what = rng.choice(("lockd", "leader", "both"))
+            what: KillKind = rng.choice(get_args(KillKind))
             # lockd is killed where it holds the most slots: a restart must rebuild them from the API.
             held = await _slots_by_node(sim, session)
             node = max(sorted(sim.lockds), key=lambda name: (held.get(name, 0), rng.random()))

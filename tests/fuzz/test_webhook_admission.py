@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,8 @@ import requests
 from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
 from hypothesis import strategies as st
 
-from sim.emulator.server import ApiServerThread
 from stagger.matching import pod_labels
-from tests.webhook.process import BANNER, Certs, Webhook, start_webhook, tls_args
+from tests.fuzz.controller import RunningController, start_controller
 from tests.webhook.reviews import ENABLE
 from webhook import admission
 from webhook.admission import INTERNAL_ERROR_WARNING
@@ -76,17 +75,8 @@ SETTINGS = settings(
 
 
 @dataclass
-class Hook:
+class Hook(RunningController):
     """The running controller and an HTTPS session that trusts its certificate."""
-
-    process: Webhook = field(repr=False)  # its repr holds the whole log
-    http: requests.Session
-    sentinels: int = 0
-    seen: int = 0  # characters of the log already checked
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        """How Hypothesis shows the fixture in a failing example: not with the whole log."""
-        printer.text(f"Hook({self.process.url})")
 
     def post(
         self, path: str, body: bytes, *, content_type: str | None = "application/json"
@@ -94,58 +84,20 @@ class Hook:
         headers = {} if content_type is None else {"Content-Type": content_type}
         return self.http.post(self.process.url + path, data=body, headers=headers, timeout=10)
 
-    def new_log(self) -> str:
-        """The log written since the last call: a sentinel request whose warning is awaited first, so every
-        line of the requests before it is in."""
-        self.sentinels += 1
-        mark = f"fuzz-sentinel-{self.sentinels}"
-        self.post("/mutate/pods", json.dumps({"apiVersion": mark}).encode())
-        self.process.wait_for_line(re.escape(mark), within=10)
-        log = self.process.log
-        start, self.seen = self.seen, len(log)
-        return log[start:]
-
 
 @pytest.fixture(scope="module")
 def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hook]:
     folder = tmp_path_factory.mktemp("admission-fuzz")
-    certs = Certs.write(folder / "tls")
-    ca = folder / "ca.pem"
-    certs.ca.cert_pem.write_to_path(str(ca))
-    (folder / "policies.yaml").write_text(POLICIES)
-    (folder / "token").write_text("fuzz-token\n")
-    with ApiServerThread() as server:
-        server.write_kubeconfig(folder / "kubeconfig")
-        process = start_webhook(
-            *tls_args(certs),
-            "--policies",
-            str(folder / "policies.yaml"),
-            "--kubeconfig",
-            str(folder / "kubeconfig"),
-            "--token-file",
-            str(folder / "token"),
-            "--max-body",
-            str(MAX_BODY),
-            "--grant-drain",
-            "0.2s",
-        )
-        try:
-            match = process.wait_for_line(BANNER)
-            process.url = f"{match[1]}://127.0.0.1:{match[2]}"
-            # Evict mode is decided on the leader's counts: wait until it grants.
-            process.wait_for_line(r"granting: \d+ enabled pods")
-            with requests.Session() as http:
-                http.trust_env = False  # no proxy, and no REQUESTS_CA_BUNDLE overriding `verify`
-                http.verify = str(ca)
-                running = Hook(process=process, http=http)
-                # One pod of each evict-mode policy takes its group's one place (reserved for 60 s), so that
-                # the pods of these groups that follow are held: the hold's patch is fuzzed too.
-                for warm_up in (EVICT_NODE, EVICT_STUB):
-                    answer = running.post("/mutate/pods", json.dumps(warm_up).encode()).json()
-                    assert "patch" in answer["response"], answer
-                yield running
-        finally:
-            process.stop()
+    with start_controller(folder, policies=POLICIES, token="fuzz-token", max_body=MAX_BODY) as started:
+        # Evict mode is decided on the leader's counts: wait until it grants.
+        started.process.wait_for_line(r"granting: \d+ enabled pods")
+        running = Hook(process=started.process, http=started.http)
+        # One pod of each evict-mode policy takes its group's one place (reserved for 60 s), so that the
+        # pods of these groups that follow are held: the hold's patch is fuzzed too.
+        for warm_up in (EVICT_NODE, EVICT_STUB):
+            answer = running.post("/mutate/pods", json.dumps(warm_up).encode()).json()
+            assert "patch" in answer["response"], answer
+        yield running
 
 
 # --- what is sent --------------------------------------------------------------------------------------

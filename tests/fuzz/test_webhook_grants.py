@@ -22,7 +22,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -30,9 +30,8 @@ import requests
 from hypothesis import HealthCheck, currently_in_test_context, event, example, given, settings
 from hypothesis import strategies as st
 
-from sim.emulator.server import ApiServerThread
 from tests.emulator.webhook_server import configuration, hook
-from tests.webhook.process import BANNER, Certs, Webhook, start_webhook, tls_args
+from tests.fuzz.controller import RunningController, start_controller
 from tests.webhook.reviews import ENABLE, enabled, image_policy, pod
 
 pytestmark = pytest.mark.e2e
@@ -51,16 +50,7 @@ SETTINGS = settings(
 
 
 @dataclass
-class Controller:
-    process: Webhook = field(repr=False)  # its repr holds the whole log
-    http: requests.Session
-    sentinels: int = 0
-    seen: int = 0  # characters of the log already checked
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        """How Hypothesis shows the fixture in a failing example: not with the whole log."""
-        printer.text(f"Controller({self.process.url})")
-
+class Controller(RunningController):
     def post(
         self, path: str, body: bytes, *, authorization: str | bytes | None = f"Bearer {TOKEN}"
     ) -> requests.Response:
@@ -78,17 +68,6 @@ class Controller:
             del item["ageSeconds"], item["heldForSeconds"]
         return section
 
-    def new_log(self) -> str:
-        """The log written since the last call: a sentinel request whose warning is awaited first, so every
-        line of the requests before it is in."""
-        self.sentinels += 1
-        mark = f"fuzz-sentinel-{self.sentinels}"
-        self.http.post(self.process.url + "/mutate/pods", data=json.dumps({"apiVersion": mark}), timeout=10)
-        self.process.wait_for_line(re.escape(mark), within=10)
-        log = self.process.log
-        start, self.seen = self.seen, len(log)
-        return log[start:]
-
 
 def _until(check: Any, *, within: float = 20.0) -> Any:
     deadline = time.monotonic() + within
@@ -101,72 +80,49 @@ def _until(check: Any, *, within: float = 20.0) -> Any:
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
     folder = tmp_path_factory.mktemp("grants-fuzz")
-    certs = Certs.write(folder / "tls")
-    ca = folder / "ca.pem"
-    certs.ca.cert_pem.write_to_path(str(ca))
-    (folder / "policies.yaml").write_text(image_policy("lock"))
-    (folder / "token").write_text(TOKEN + "\n")
-    with ApiServerThread() as server, requests.Session() as api:
+    with (
+        start_controller(folder, policies=image_policy("lock"), token=TOKEN, max_body=MAX_BODY) as started,
+        requests.Session() as api,
+    ):
         api.trust_env = False
         api.headers["Authorization"] = "Bearer sim"
-        server.write_kubeconfig(folder / "kubeconfig")
-        process = start_webhook(
-            *tls_args(certs),
-            "--policies",
-            str(folder / "policies.yaml"),
-            "--kubeconfig",
-            str(folder / "kubeconfig"),
-            "--token-file",
-            str(folder / "token"),
-            "--max-body",
-            str(MAX_BODY),
-            "--grant-drain",
-            "0.2s",
+        server, process = started.server, started.process
+        registered = configuration(
+            "stagger",
+            hook(
+                "pods.stagger.example.com",
+                {"url": f"{process.url}/mutate/pods", "caBundle": started.certs.ca_bundle},
+                objectSelector={"matchLabels": {ENABLE: "1"}},
+                failurePolicy="Fail",
+                sideEffects="None",
+            ),
         )
-        try:
-            match = process.wait_for_line(BANNER)
-            process.url = f"{match[1]}://127.0.0.1:{match[2]}"
-            registered = configuration(
-                "stagger",
-                hook(
-                    "pods.stagger.example.com",
-                    {"url": f"{process.url}/mutate/pods", "caBundle": certs.ca_bundle},
-                    objectSelector={"matchLabels": {ENABLE: "1"}},
-                    failurePolicy="Fail",
-                    sideEffects="None",
-                ),
+        created = api.post(
+            server.url + "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            json=registered,
+        )
+        assert created.status_code == 201, created.text
+        running = Controller(process=process, http=started.http)
+        _until(lambda: running.groups().get("granting"))
+        for index in range(PODS):
+            made = api.post(
+                server.url + "/api/v1/namespaces/default/pods",
+                json=pod(f"web-{index}", labels=enabled(staggerimages="1")),
             )
-            created = api.post(
-                server.url + "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-                json=registered,
+            assert made.status_code == 201, made.text
+        _until(lambda: running.groups()["pods"] == PODS)
+        for index in range(GRANTED):
+            answer = running.post(
+                "/v1/groups/grant",
+                json.dumps({"namespace": "default", "name": f"web-{index}"}).encode(),
             )
-            assert created.status_code == 201, created.text
-            with requests.Session() as http:
-                http.trust_env = False  # no proxy, and no REQUESTS_CA_BUNDLE overriding `verify`
-                http.verify = str(ca)
-                running = Controller(process=process, http=http)
-                _until(lambda: running.groups().get("granting"))
-                for index in range(PODS):
-                    made = api.post(
-                        server.url + "/api/v1/namespaces/default/pods",
-                        json=pod(f"web-{index}", labels=enabled(staggerimages="1")),
-                    )
-                    assert made.status_code == 201, made.text
-                _until(lambda: running.groups()["pods"] == PODS)
-                for index in range(GRANTED):
-                    answer = running.post(
-                        "/v1/groups/grant",
-                        json.dumps({"namespace": "default", "name": f"web-{index}"}).encode(),
-                    )
-                    assert answer.json()["granted"] is True, answer.text
-                # An evict-mode claim, so that `reservations` has an item to keep too.
-                claim = {"pacerGroups": [["image-pull", "busybox"]], "owner": "rs-1", "dryRun": False}
-                answer = running.post("/v1/groups/admit", json.dumps(claim).encode())
-                assert answer.json()["admit"] is True, answer.text
-                assert running.groups()["reservations"]["count"] == 1
-                yield running
-        finally:
-            process.stop()
+            assert answer.json()["granted"] is True, answer.text
+        # An evict-mode claim, so that `reservations` has an item to keep too.
+        claim = {"pacerGroups": [["image-pull", "busybox"]], "owner": "rs-1", "dryRun": False}
+        answer = running.post("/v1/groups/admit", json.dumps(claim).encode())
+        assert answer.json()["admit"] is True, answer.text
+        assert running.groups()["reservations"]["count"] == 1
+        yield running
 
 
 # --- what is sent --------------------------------------------------------------------------------------
