@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from sim.controlplane.launcher import (
     MissingBinaries,
     missing_binaries,
 )
+from sim.running import check_until, start_unless_stopped
 
 EPILOG = """\
 examples:
@@ -63,22 +62,12 @@ async def run(args: argparse.Namespace) -> int:
         bin_dir=args.bin_dir,
         ready_timeout=args.ready_timeout,
     )
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-
-    starting = asyncio.create_task(plane.start_async())
-    stop_wait = asyncio.create_task(stopping.wait())
-    await asyncio.wait({starting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        print("stopping before the control plane was ready", file=sys.stderr)
-        starting.cancel()  # start_async stops what it started
-        with contextlib.suppress(asyncio.CancelledError, ControlPlaneError):
-            await starting
+    started = await start_unless_stopped(
+        plane.start_async(), what="the control plane", cleans_up=(ControlPlaneError,)
+    )
+    if started is None:
         return 0
-    stop_wait.cancel()
-    error = starting.exception()
+    stopping, error = started
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         if isinstance(error, ControlPlaneError):
@@ -91,16 +80,12 @@ async def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(f"started in {plane.startup_seconds:.1f}s; logs in {plane.data_dir / 'logs'}", file=sys.stderr)
-    while not stopping.is_set():
-        try:
-            plane.check()
-        except ControlPlaneError as err:
-            print(f"error: {err}", file=sys.stderr)
-            plane.stop(remove_data=False)
-            print(f"data and logs kept in {plane.data_dir}", file=sys.stderr)
-            return 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), 0.5)
+    died = await check_until(stopping, plane.check, fails=(ControlPlaneError,), every=0.5)
+    if died is not None:
+        print(f"error: {died}", file=sys.stderr)
+        plane.stop(remove_data=False)
+        print(f"data and logs kept in {plane.data_dir}", file=sys.stderr)
+        return 1
     print("stopping the control plane", file=sys.stderr)
     plane.stop()
     return 0

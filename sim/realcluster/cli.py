@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from sim.realcluster.cluster import RealCluster, RealClusterError, preflight
 from sim.realcluster.host import HostChanges
 from sim.realcluster.node import NodeError
 from sim.realcluster.plan import MAX_NODES
+from sim.running import check_until, start_unless_stopped
 
 EPILOG = """\
 examples:
@@ -101,25 +100,15 @@ async def run(args: argparse.Namespace) -> int:
         images=args.load_image,
         ready_timeout=args.ready_timeout,
     )
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    starting = asyncio.create_task(cluster.start_async())
-    stop_wait = asyncio.create_task(stopping.wait())
-    await asyncio.wait({starting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        print("stopping before the cluster was ready", file=sys.stderr)
-        starting.cancel()  # start_async stops what it started and undoes the host changes
-        with contextlib.suppress(asyncio.CancelledError, RealClusterError, ControlPlaneError, NodeError):
-            await starting
+    failures = (RealClusterError, ControlPlaneError, NodeError)
+    started = await start_unless_stopped(cluster.start_async(), what="the cluster", cleans_up=failures)
+    if started is None:  # start_async stopped what it started and undid the host changes
         return 0
-    stop_wait.cancel()
-    error = starting.exception()
+    stopping, error = started
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         print(f"logs kept in {cluster.data_dir}", file=sys.stderr)
-        return 1 if isinstance(error, RealClusterError | ControlPlaneError | NodeError) else 2
+        return 1 if isinstance(error, failures) else 2
     names = ", ".join(node.plan.name for node in cluster.nodes)
     print(
         f"real cluster ready: {len(cluster.nodes)} nodes ({names}), kubernetes {cluster.control_plane.version}, "
@@ -127,21 +116,14 @@ async def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(f"started in {cluster.startup_seconds:.1f}s; logs in {cluster.data_dir}", file=sys.stderr)
-    code = 0
-    while not stopping.is_set():
-        try:
-            cluster.check()
-        except (ControlPlaneError, NodeError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            code = 1
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), 1.0)
+    died = await check_until(stopping, cluster.check, fails=(ControlPlaneError, NodeError), every=1.0)
+    if died is not None:
+        print(f"error: {died}", file=sys.stderr)
     print("stopping the real cluster", file=sys.stderr)
-    problems = await asyncio.to_thread(cluster.stop, keep_data=code != 0)
+    problems = await asyncio.to_thread(cluster.stop, keep_data=died is not None)
     for problem in problems:
         print(f"error: could not undo {problem}", file=sys.stderr)
-    return 1 if problems else code
+    return 1 if problems or died is not None else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,10 @@ NODE_TOOLS_DIR = REPO_ROOT / ".tools" / "nodes"
 TESTBED_IMAGES = ("pause", "coredns", "workload")
 """Images `make node-tools` builds as archives in .tools/nodes/images/NAME.tar, loaded into every node."""
 WORKLOAD_IMAGE = "localhost/stagger-testbed/workload:1"
+UNIX_PATH_MAX = 107
+"""The longest path a Unix socket may have (108 bytes with the final NUL)."""
+KUBELET_SOCKET_TAIL = len("/pod-resources/1234567890")
+"""What kubelet adds to its root-dir for its longest socket."""
 
 
 class RealClusterError(Exception):
@@ -152,6 +156,13 @@ class RealCluster:
             raise RealClusterError(
                 f"{self.data_dir} holds the record of a run whose changes to the host were not undone: "
                 f"`python -m sim realcluster --clean {self.data_dir}` first"
+            )
+        longest = max(len(str(self.data_dir / "nodes" / n.name / "kubelet")) for n in self.plan.nodes)
+        if longest + KUBELET_SOCKET_TAIL > UNIX_PATH_MAX:
+            raise RealClusterError(
+                f"--data-dir {self.data_dir} is too long by {longest + KUBELET_SOCKET_TAIL - UNIX_PATH_MAX} "
+                f"characters: kubelet's sockets under it would pass the {UNIX_PATH_MAX}-byte limit of a Unix "
+                "socket's path; give a shorter one"
             )
         began = time.monotonic()
         # A new cluster each time: what an earlier run left in the data dir (etcd's data, the nodes' state)

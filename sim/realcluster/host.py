@@ -52,6 +52,7 @@ OUTSIDE_PATHS = (
     "/opt/containerd",
     "/run/nri",
     "/run/containerd",  # containerd's shims put their sockets in /run/containerd/s whatever its state dir
+    "/run/stgr",  # the nodes' containerd sockets (sim.realcluster.node.SOCKET_ROOT): a short path
 )
 """Paths the node's programs make outside the directories they are given: removed at the end if they were
 not there before."""

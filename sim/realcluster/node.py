@@ -36,6 +36,9 @@ SANDBOX_IMAGE = "localhost/stagger-testbed/pause:1"
 CNI_BIN_DIR = "/usr/lib/cni"
 """Where Debian's containernetworking-plugins puts bridge, host-local, portmap and loopback."""
 
+SOCKET_ROOT = Path("/run/stgr")
+"""The nodes' containerd sockets (host.OUTSIDE_PATHS removes it at the end)."""
+
 
 @dataclass(frozen=True)
 class NodeTools:
@@ -137,7 +140,9 @@ class Node:
 
     @property
     def socket(self) -> Path:
-        return self.root / "containerd" / "containerd.sock"
+        """containerd's socket: in a short folder of its own, not the data dir, since a Unix socket's path
+        may have 104 bytes at most (pytest's temporary folders are longer)."""
+        return SOCKET_ROOT / self.plan.name / "containerd.sock"
 
     def logfile(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
@@ -287,6 +292,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
         path = base / "config.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
 
