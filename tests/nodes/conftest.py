@@ -34,6 +34,28 @@ def _require_real_nodes() -> None:
         pytest.fail("no buildah: run `make image` first", pytrace=False)
 
 
+ORDER = (
+    "test_cli",
+    "test_install",
+    "test_deployment",
+    "test_modes",
+    "test_lifecycle",
+    "test_failures",
+    "test_coldstart",
+)
+"""The modules' order: the command's own test before the session's cluster exists (one per machine), then the
+tests that only add workloads, and last those that break the cluster on purpose (lockd killed, a kubelet
+restarted, lockd kept off a node, the whole cluster powered off), so each test starts on a settled cluster."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        stem = item.path.stem
+        return ORDER.index(stem) if stem in ORDER else len(ORDER)
+
+    items.sort(key=rank)  # stable: the tests of a module keep their order
+
+
 @pytest.fixture(scope="session")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     _require_real_nodes()

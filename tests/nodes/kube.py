@@ -352,6 +352,17 @@ class Release:
         assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
         return pods[0]
 
+    def group_diagnostics(self) -> str:
+        """What explains a group's pods past their allowance, for a failure's message: the controller
+        replicas' leader elections and lockd's group pacer service failures (and fail-opens), from their logs."""
+        lines = []
+        for component, needle in (("controller", "leader election"), ("lockd", "group pacer service")):
+            for pod in self.kube.pods(self.namespace, self.selector(component)):
+                name = pod["metadata"]["name"]
+                log = self.kube.run("kubectl", "logs", "-n", self.namespace, name, "--tail=400", check=False)
+                lines += [f"{name}: {line}" for line in log.splitlines() if needle in line][-10:]
+        return "\n".join(lines) or "(no leader election or group pacer service lines in the logs)"
+
     def lockd_port(self) -> int:
         return int(self.values.get("lockd", {}).get("port", 9400))
 

@@ -1,7 +1,7 @@
 """`python -m sim realcluster` as a user runs it, twice in a row on one machine: one line on stdout once the
 node is Ready, kubectl sees it, SIGTERM stops everything with exit 0 and leaves no network namespace, bridge,
 mount or record of host changes behind. Runs before the session's cluster starts (the bridge is one per
-machine), which the file name orders."""
+machine): tests/nodes/conftest.py ORDER puts it first."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ def allowance(ready: int) -> int:
     return 1 << 30
 
 
-def check_paced(herd: Herd) -> None:
+def check_paced(herd: Herd, release: Release) -> None:
     over = [s for s in herd.samples if s.started > allowance(s.ready)]
-    assert not over, over[:5]
+    assert not over, f"{over[:5]}\n{release.group_diagnostics()}"
     assert any(s.started == 1 and s.ready == 0 for s in herd.samples), herd.samples[:20]
     assert herd.max_starting_per_node() <= NODE_LIMIT
 
@@ -37,7 +37,7 @@ def test_a_group_is_paced_in_each_mode(mode: str, stagger: Release, kube: Kube) 
         with Herd(kube, namespace, "app=web") as herd:
             kube.apply(workload("web", namespace, replicas=6, cpu_seconds=1.0, labels={MODE_LABEL: mode}))
             herd.wait_ready(6, timeout=180)
-        check_paced(herd)
+        check_paced(herd, stagger)
         pods = kube.pods(namespace, "app=web")
         assert len(pods) == 6 and all(restarts(p) == 0 for p in pods)
         assert herd.held, "no pod was held"
@@ -72,7 +72,7 @@ def test_a_job_in_evict_mode_completes_without_a_failure(stagger: Release, kube:
 
             status = wait_for("the Job's 5 completions", complete, timeout=180)
         assert int(status.get("failed") or 0) == 0, status
-        check_paced(herd)
+        check_paced(herd, stagger)
         assert herd.held and herd.gone(), (herd.held, herd.gone())
     finally:
         kube.delete_namespace(namespace)
