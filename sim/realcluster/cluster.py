@@ -263,9 +263,6 @@ class RealCluster:
         for node in self.nodes:
             node.check()
 
-    def node(self, name: str) -> Node:
-        return next(node for node in self.nodes if node.plan.name == name)
-
     # --- the network ---------------------------------------------------------------------------------
 
     def _make_network(self) -> None:
