@@ -375,6 +375,9 @@ class ClusterFinisher:
                 "annotations": {
                     self._names.granted_at_annotation: format_rfc3339(wall),
                     self._names.node_slot_annotation: format_rfc3339(wall),
+                    # The unready spell this grant is for (null removes a previous grant's): a restarted
+                    # lockd tells from it whether the pod has been Ready since (pods.ready_since).
+                    self._names.node_slot_unready_since_annotation: pods.unready_since(pod),
                 },
                 "labels": {self._names.staggered_label: None},
             }

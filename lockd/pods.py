@@ -125,19 +125,38 @@ class HeldSlot:
     granted_wall: float
 
 
-def ready_since(pod: Pod, granted_wall: float) -> bool:
-    """Whether the pod, not Ready now, has been Ready since `granted_wall`: its Ready condition last changed
-    after the grant. A pod is not Ready when it is granted, so a later change means it became Ready (which
-    ended the slot) and then unready again: a new pod sandbox after its node restarted (which runs the init
-    containers again, and the init client asks anew), or a readiness probe failing later in its life. Both
-    times are this node's clock (lockd's grant, the kubelet's condition); the condition's whole seconds
-    can only make a change in the same second as the grant look older."""
+def unready_since(pod: Pod) -> str | None:
+    """The `lastTransitionTime` of the pod's Ready condition while it is not Ready, verbatim (None when it
+    is Ready or has no such condition): the kubelet's stamp of when this unready spell began."""
     ready = next(
         (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None
     )
-    if ready is None or ready.get("status") == "True":
+    if ready is None or ready.get("status") == "True" or not ready.get("lastTransitionTime"):
+        return None
+    return str(ready["lastTransitionTime"])
+
+
+def ready_since(pod: Pod, *, granted_wall: float, names: Names) -> bool:
+    """Whether the pod, not Ready now, has been Ready since its node slot was granted: it became Ready
+    (which ended the slot) and then unready again, a new pod sandbox after its node restarted (which runs
+    the init containers again, and the init client asks anew) or a readiness probe failing later in its
+    life.
+
+    lockd records the unready spell it granted in (`node-slot-unready-since`, the kubelet's stamp); a
+    different spell now means the pod has been Ready in between. Comparing the kubelet's time with the
+    kubelet's own needs no two clocks to agree: the simulated kubelet's clock runs `time_scale` times
+    faster than lockd's, and a node's clock may be stepped by NTP after a reboot (comparing the
+    condition with lockd's grant time let a restarted lockd on the simulated cluster forget a slot).
+    A grant from a lockd before that annotation falls back to that comparison: the condition changed
+    after the grant, both on this node's clock, whose whole seconds can only make a change in the same
+    second as the grant look older."""
+    now = unready_since(pod)
+    if now is None:
         return False
-    changed = parse_rfc3339(str(ready.get("lastTransitionTime") or ""))
+    recorded = (meta(pod).get("annotations") or {}).get(names.node_slot_unready_since_annotation)
+    if recorded is not None:
+        return str(recorded) != now
+    changed = parse_rfc3339(now)
     return changed is not None and changed > granted_wall
 
 
@@ -162,7 +181,7 @@ def slots_to_rebuild(pods: Iterable[Pod], *, names: Names) -> list[HeldSlot]:
         if not granted or stage(pod) != "starting":
             continue
         when = parse_rfc3339(str(granted))
-        if when is None or ready_since(pod, when):
+        if when is None or ready_since(pod, granted_wall=when, names=names):
             continue
         namespace, name = key_of(pod)
         held.append(

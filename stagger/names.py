@@ -63,6 +63,15 @@ class Names:
         return self._name("node-slot")
 
     @property
+    def node_slot_unready_since_annotation(self) -> str:
+        """The `lastTransitionTime` of the pod's Ready condition (not Ready) as lockd saw it when it granted
+        the node slot, written in the same patch as `node-slot`. A restarted lockd compares it with the
+        pod's condition now: a different time means the pod has been Ready since its grant (the slot ended
+        then) and is unready again, after its node restarted or a readiness probe failed. The kubelet's
+        time against the kubelet's own, so no two clocks need to agree."""
+        return self._name("node-slot-unready-since")
+
+    @property
     def scheduling_gate(self) -> str:
         return self._name("pacing")
 

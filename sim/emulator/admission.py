@@ -89,6 +89,10 @@ class CallFailed(Exception):
     """The webhook could not be called or answered nonsense: failurePolicy decides (ErrCallingWebhook)."""
 
 
+class _ClosedConnection(Exception):
+    """A kept-alive connection the webhook server had closed: the call is sent once more."""
+
+
 # ------------------------------------------------------------------------------------------------ matching
 
 
@@ -318,6 +322,22 @@ class WebhookDispatcher:
         return f"https://{address}{path}?{query}", shown, host
 
     async def _call(self, hook: Obj, review: Obj) -> Any:
+        """One webhook call, sent again once when a kept-alive connection turned out closed before the
+        request was written. Go's http.Transport does the same for the real server's webhook client
+        (net/http transport.go, shouldRetryRequest: a reused connection that fails with nothing written,
+        or that the server closed while idle, is retried on a new one, POST included), so a webhook
+        server closing an idle connection just as a request is sent on it is not a call failure there.
+        aiohttp raises that as "Can not write request body" or "Server disconnected"."""
+        try:
+            return await self._call_once(hook, review)
+        except _ClosedConnection:
+            logger.info("webhook connection closed by the server before the request was sent; sending again")
+        try:
+            return await self._call_once(hook, review)
+        except _ClosedConnection as err:
+            raise CallFailed(str(err)) from err.__cause__
+
+    async def _call_once(self, hook: Obj, review: Obj) -> Any:
         timeout = int(hook.get("timeoutSeconds") or 10)
         url, shown, server_name = self._target(hook, timeout)
         context = self._ssl_context(str((hook.get("clientConfig") or {}).get("caBundle") or ""))
@@ -351,6 +371,9 @@ class WebhookDispatcher:
                 f'failed to call webhook: Post "{shown}": dial tcp {err.host}:{err.port}: connect: '
                 f"{err.os_error.strerror or err.os_error}"
             ) from err
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+            # (A connection that could not be made is ClientConnectorError, handled above: never retried.)
+            raise _ClosedConnection(f'failed to call webhook: Post "{shown}": {err}') from err
         except aiohttp.ClientError as err:
             raise CallFailed(f'failed to call webhook: Post "{shown}": {err}') from err
 

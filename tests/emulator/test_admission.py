@@ -162,6 +162,37 @@ async def test_timeouts_follow_the_failure_policy(
     assert webhook.queries["hang"] == ["timeout=1s"]
 
 
+async def test_a_kept_alive_connection_closed_by_the_webhook_is_sent_again(
+    api: Client, webhook: WebhookServer
+) -> None:
+    """A webhook server that closes a kept-alive connection just as the API server sends on it: the call
+    goes again on a new connection (Go's http.Transport retries it), so it is no call failure; a server
+    that drops every request gets that one retry, no more, and the failure policy decides."""
+    webhook.behaviours["drop-reused"] = patch([{"op": "add", "path": "/metadata/labels/m", "value": "1"}])
+    await api.register(
+        configuration(
+            "cfg",
+            hook(
+                "reused.example.com",
+                url_config(webhook, "drop-reused"),
+                objectSelector={"matchLabels": {"x": "reused"}},
+            ),
+            hook(
+                "drop.example.com", url_config(webhook, "drop"), objectSelector={"matchLabels": {"x": "drop"}}
+            ),
+        )
+    )
+    for name in ("first", "second", "third"):
+        status, created, _ = await api.call("POST", PODS, pod(name, labels={"x": "reused"}))
+        assert (status, created["metadata"]["labels"]) == (201, {"x": "reused", "m": "1"}), created
+    assert len(webhook.calls("drop-reused")) == 3
+    assert webhook.dropped["drop-reused"] >= 1  # the test webhook did close a kept-alive connection
+
+    status, body, _ = await api.call("POST", PODS, pod("dropped", labels={"x": "drop"}))
+    assert status == 500 and 'failed calling webhook "drop.example.com"' in body["message"], body
+    assert webhook.dropped["drop"] == 2
+
+
 async def test_untrusted_certificate_fails_closed_or_open(api: Client, webhook: WebhookServer) -> None:
     import base64
 

@@ -44,6 +44,10 @@ class WebhookServer:
     queries: dict[str, list[str]] = field(default_factory=dict)
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # /hang waits for this (never set by tests)
     bad_uid: bool = False
+    # /drop-reused closes a kept-alive connection when a second request arrives on it, unanswered (a server
+    # closing an idle connection just as the client sends on it); /drop closes every connection so.
+    served: set[int] = field(default_factory=set)
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def ca_bundle(self) -> str:
@@ -57,6 +61,13 @@ class WebhookServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         path = request.match_info["path"]
+        connection = id(request.transport)
+        if path == "drop" or (path == "drop-reused" and connection in self.served):
+            self.dropped[path] = self.dropped.get(path, 0) + 1
+            assert request.transport is not None
+            request.transport.abort()
+            raise web.HTTPServiceUnavailable()  # never sent: the connection is gone
+        self.served.add(connection)
         review = await request.json()
         self.reviews.setdefault(path, []).append(review)
         self.queries.setdefault(path, []).append(request.query_string)

@@ -110,26 +110,64 @@ def test_slots_to_rebuild_are_granted_pods_still_starting() -> None:
     assert rebuilt[0].granted_wall == pytest.approx(1795255205.25)
 
 
+def unready(name: str, *, since: str, annotations: dict[str, str]) -> dict[str, Any]:
+    subject = pod(name, annotations=annotations, phase="Running")
+    subject["status"]["conditions"][0]["lastTransitionTime"] = since
+    return subject
+
+
 def test_a_pod_ready_since_its_grant_holds_no_slot_after_a_restart() -> None:
     """After a cold start every pod on the node is unready again, its old grant still annotated: a pod whose
-    Ready condition changed after the grant has been Ready since (its slot ended then) and holds none now;
-    one whose condition last changed before the grant (or in the same second) still holds its slot."""
-    granted = {NAMES.node_slot_annotation: "2026-11-21T10:00:05.250Z"}
-
-    def unready(name: str, *, since: str) -> dict[str, Any]:
-        subject = pod(name, annotations=granted, phase="Running")
-        subject["status"]["conditions"][0]["lastTransitionTime"] = since
-        return subject
-
+    Ready condition is in another unready spell than the one lockd recorded at the grant has been Ready
+    since (its slot ended then) and holds none now; one still in the recorded spell holds its slot, however
+    far the kubelet's clock is from lockd's (the simulated kubelet's runs faster)."""
+    spell = "2026-11-21T10:00:01Z"
+    granted = {
+        NAMES.node_slot_annotation: "2026-11-21T10:00:05.250Z",
+        NAMES.node_slot_unready_since_annotation: spell,
+    }
     node_pods = [
-        unready("rebooted", since="2026-11-21T10:00:09Z"),
-        unready("starting", since="2026-11-21T10:00:01Z"),
-        unready("same-second", since="2026-11-21T10:00:05Z"),
+        unready("rebooted", since="2026-11-21T10:00:09Z", annotations=granted),
+        unready("starting", since=spell, annotations=granted),
+        # Stamped by a kubelet whose clock is ahead of lockd's: the same spell, so still starting.
+        unready(
+            "clock-ahead",
+            since="2026-11-21T10:07:00Z",
+            annotations={**granted, NAMES.node_slot_unready_since_annotation: "2026-11-21T10:07:00Z"},
+        ),
+    ]
+    rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
+    assert sorted(slot.name for slot in rebuilt) == ["clock-ahead", "starting"]
+    assert pods.ready_since(node_pods[0], granted_wall=0.0, names=NAMES)
+    assert not pods.ready_since(node_pods[1], granted_wall=2e9, names=NAMES)
+
+
+def test_a_grant_of_an_older_lockd_compares_the_condition_with_the_grant_time() -> None:
+    """Without `node-slot-unready-since` (a grant of a lockd before it), a Ready condition that changed
+    after the grant means Ready since; one that changed before it or in the same second does not."""
+    granted = {NAMES.node_slot_annotation: "2026-11-21T10:00:05.250Z"}
+    node_pods = [
+        unready("rebooted", since="2026-11-21T10:00:09Z", annotations=granted),
+        unready("starting", since="2026-11-21T10:00:01Z", annotations=granted),
+        unready("same-second", since="2026-11-21T10:00:05Z", annotations=granted),
     ]
     rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
     assert sorted(slot.name for slot in rebuilt) == ["same-second", "starting"]
-    assert pods.ready_since(node_pods[0], 1795255205.25)
-    assert not pods.ready_since(node_pods[1], 1795255205.25)
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        pytest.param([{"type": "Ready", "status": "False", "lastTransitionTime": "T1"}], "T1", id="unready"),
+        pytest.param([{"type": "Ready", "status": "True", "lastTransitionTime": "T1"}], None, id="ready"),
+        pytest.param([{"type": "Ready", "status": "False"}], None, id="no-time"),
+        pytest.param([], None, id="no-condition"),
+    ],
+)
+def test_the_unready_spell_recorded_at_a_grant(
+    conditions: list[dict[str, str]], expected: str | None
+) -> None:
+    assert pods.unready_since({"status": {"conditions": conditions}}) == expected
 
 
 def test_a_group_grant_is_no_node_slot_after_a_restart() -> None:
