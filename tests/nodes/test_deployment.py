@@ -39,7 +39,9 @@ def test_a_deployment_starts_at_most_the_node_limit_at_a_time(
             assert f"{PREFIX}/granted-at" in annotations and f"{PREFIX}/node-slot" in annotations
             # The unready spell the grant was for, as the kubelet stamped it (what a restart compares).
             ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
-            assert annotations[f"{PREFIX}/node-slot-unready-since"] <= ready["lastTransitionTime"], annotations
+            assert annotations[f"{PREFIX}/node-slot-unready-since"] <= ready["lastTransitionTime"], (
+                annotations
+            )
             assert restarts(pod) == 0
         assert herd.max_starting_per_node() <= NODE_LIMIT, [
             s for s in herd.samples if max(s.starting_per_node.values(), default=0) > 1
