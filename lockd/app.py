@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from stagger.contracts.lock import (
     QueueFullBody,
     Released,
 )
+from stagger.policywatch import PolicyWatcher
 from stagger.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
@@ -60,15 +60,6 @@ class LoadCache:
 
 
 @dataclass
-class PolicyState:
-    policy_file: policy.PolicyFile | None
-    source: str
-    digest: str = ""  # of the file text in force
-    failed_digest: str = ""  # of the last text that did not validate (not parsed again until it changes)
-    last_error: str = ""
-
-
-@dataclass
 class ClusterState:
     """Cluster mode's parts; filled in when the app starts (they need the running loop and a session)."""
 
@@ -81,7 +72,7 @@ SETTINGS = web.AppKey("settings", Settings)
 SERVICE = web.AppKey("service", LockService)
 METRICS = web.AppKey("metrics", Metrics)
 LOAD = web.AppKey("load", LoadCache)
-POLICY = web.AppKey("policy", PolicyState)
+POLICY = web.AppKey("policy", PolicyWatcher)
 READER = web.AppKey("load_reader", load.LoadReader)
 CLUSTER = web.AppKey("cluster", ClusterState)
 QUERIES = web.AppKey("lock_queries", params.LockQueries)
@@ -112,10 +103,17 @@ def node_labels(app: web.Application) -> dict[str, str]:
     return view.node_labels() if view is not None else dict(app[SETTINGS].node_labels)
 
 
+def _policy_file(watcher: PolicyWatcher) -> policy.PolicyFile | None:
+    """The policy file for `choose_node_policy`: None without one (the built-in default node policy)."""
+    return watcher.policy_file if watcher.path is not None else None
+
+
 def choose_policy(app: web.Application) -> None:
-    state = app[POLICY]
+    watcher = app[POLICY]
     app[SERVICE].apply_policy(
-        choose_node_policy(policy_file=state.policy_file, source=state.source, node_labels=node_labels(app))
+        choose_node_policy(
+            policy_file=_policy_file(watcher), source=watcher.source, node_labels=node_labels(app)
+        )
     )
 
 
@@ -340,7 +338,7 @@ async def show_status(request: web.Request) -> web.Response:
         limit = params.status_limit(request.query)
     except params.BadRequest as err:
         return _json_error(400, str(err))
-    service, state, view = app[SERVICE], app[POLICY], _view(app)
+    service, watcher, view = app[SERVICE], app[POLICY], _view(app)
     doc = status.build_status(
         node=app[SETTINGS].node_name,
         mode="cluster" if view is not None else "standalone",
@@ -354,8 +352,8 @@ async def show_status(request: web.Request) -> web.Response:
         reason=service.current_reason,
         details=_pod_details(view) if view is not None else None,
     )
-    if state.last_error:
-        doc["policy"]["lastReloadError"] = state.last_error
+    if watcher.last_error:
+        doc["policy"]["lastReloadError"] = watcher.last_error
     if view is not None:
         doc["policy"]["nodeLabels"] = view.node_labels()
     watch = app[CLUSTER].group_watch if CLUSTER in app else None
@@ -422,53 +420,14 @@ async def _expire_slots(app: web.Application) -> None:
         await asyncio.sleep(delay)
 
 
-def _digest(text: str) -> str:
-    # Compared on every reload check, so an unchanged file is neither parsed nor logged again.
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _reload_failed(app: web.Application, err: policy.PolicyError) -> None:
-    state = app[POLICY]
-    if str(err) != state.last_error:
-        # Once per distinct problem, not once per check.
-        logger.error("policy reload failed, keeping the last good policy:\n%s", err)
-        app[METRICS].policy_reloads.labels(result="error").inc()
-    state.last_error = str(err)
-
-
 def reload_policy(app: web.Application) -> bool:
-    """Re-read the policy file if it changed. A bad, empty, oversized or unreadable file is reported (log,
-    metric, `/status` lastReloadError) and the last good policy stays; the report clears as soon as the
-    file reads well again."""
-    settings, state = app[SETTINGS], app[POLICY]
-    if settings.policies is None:
-        return False
-    try:
-        text = policy.read_policy_text(settings.policies)
-    except policy.PolicyError as err:
-        _reload_failed(app, err)
-        return False
-    digest = _digest(text)
-    if digest == state.digest:
-        if state.last_error:
-            logger.info(
-                "policy file %s reads well again (the policy in force is unchanged)", settings.policies
-            )
-            state.last_error = ""
-        return False
-    if digest == state.failed_digest:
-        return False
-    try:
-        parsed = policy.parse_policy_text(text, source=str(settings.policies), allow_empty=False)
-    except policy.PolicyError as err:
-        state.failed_digest = digest
-        _reload_failed(app, err)
-        return False
-    state.policy_file, state.digest, state.failed_digest, state.last_error = parsed, digest, "", ""
-    choose_policy(app)
-    app[METRICS].policy_reloads.labels(result="ok").inc()
-    logger.info("policy file %s reloaded", settings.policies)
-    return True
+    """Re-read the policy file if it changed (`PolicyWatcher.check`: a bad file is reported and the last
+    good policy stays); a new policy is chosen for the node by the watcher's subscriber. Counted in
+    `stagger_lockd_policy_reloads_total` by result."""
+    outcome = app[POLICY].check()
+    if outcome != "unchanged":
+        app[METRICS].policy_reloads.labels(result="ok" if outcome == "reloaded" else "error").inc()
+    return outcome == "reloaded"
 
 
 async def _watch_policy(app: web.Application) -> None:
@@ -650,15 +609,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> web.Application:
     """Builds the app. Raises `policy.PolicyError` (naming every bad field) if the policy file is bad, and
     `kube.ConfigError` in cluster mode when there is no way to reach the API server."""
-    if settings.policies is not None:
-        text = policy.read_policy_text(settings.policies)
-        state = PolicyState(
-            policy_file=policy.parse_policy_text(text, source=str(settings.policies)),
-            source=str(settings.policies),
-            digest=_digest(text),
-        )
-    else:
-        state = PolicyState(policy_file=None, source="built-in")
+    watcher = PolicyWatcher.load(settings.policies, absent="built-in")
     cluster_state = (
         None if settings.standalone else ClusterState(config=kube.load_config(kubeconfig=settings.kubeconfig))
     )
@@ -674,7 +625,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     _publish_load(app_metrics, cache.sample)
     service = LockService(
         active=choose_node_policy(
-            policy_file=state.policy_file, source=state.source, node_labels=dict(settings.node_labels)
+            policy_file=_policy_file(watcher), source=watcher.source, node_labels=dict(settings.node_labels)
         ),
         cores=cores,
         metrics=app_metrics,
@@ -690,7 +641,8 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     app[SERVICE] = service
     app[METRICS] = app_metrics
     app[LOAD] = cache
-    app[POLICY] = state
+    app[POLICY] = watcher
+    watcher.subscribe(lambda _new: choose_policy(app))  # the node's policy is chosen anew at each reload
     app[READER] = reader
     app[QUERIES] = params.LockQueries(max_wait=settings.max_long_poll)
     app[BODIES] = EncodedBodies()

@@ -34,9 +34,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from stagger.names import Names
 from stagger.policy import PolicyFile, StaggeringPolicy
+from stagger.policywatch import PolicyWatcher
 from webhook import admission, status, wire
 from webhook.metrics import ADMISSION_RESULTS, Metrics
-from webhook.policies import PolicyState
 from webhook.settings import Settings
 from webhook.tls import ServingCertificate
 from webhook.token import TokenFile
@@ -127,7 +127,7 @@ class InternalErrors:
 
 
 SETTINGS = web.AppKey("settings", Settings)
-POLICY = web.AppKey("policy", PolicyState)
+POLICY = web.AppKey("policy", PolicyWatcher)
 ADMISSION = web.AppKey("admission", Admission)
 CERTIFICATE = web.AppKey("certificate", ServingCertificate)  # absent with --insecure-http
 TOKEN = web.AppKey("token", TokenFile)  # absent without --token-file
@@ -373,14 +373,9 @@ async def metrics(request: web.Request) -> web.Response:
 def check_files(app: web.Application) -> None:
     """Reload the policy file, the serving certificate and the token file if they changed."""
     m = app[METRICS]
-    state = app[POLICY]
-    outcome = state.reload_if_changed()
-    if outcome == "reloaded":
-        app[ADMISSION] = Admission.build(app[SETTINGS], state.policy_file)
-        m.policy_reloads.labels(result="ok").inc()
-        m.staggering_policies.set(len(state.policy_file.staggering_policies))
-    elif outcome == "failed":
-        m.policy_reloads.labels(result="error").inc()
+    outcome = app[POLICY].check()  # a new policy reaches admission and the pacers by their subscriptions
+    if outcome != "unchanged":
+        m.policy_reloads.labels(result="ok" if outcome == "reloaded" else "error").inc()
     certificate = app.get(CERTIFICATE)
     if certificate is not None:
         changed = certificate.reload_if_changed()
@@ -452,7 +447,7 @@ def make_app(settings: Settings) -> web.Application:
     file, `tls.CertificateError` for a certificate and key that cannot be served, and
     `token.TokenError` for an unreadable or empty token file. The listener's SSL context is
     `app[CERTIFICATE].context` (absent with --insecure-http)."""
-    state = PolicyState.load(settings.policies)
+    state = PolicyWatcher.load(settings.policies, absent="none (no --policies)")
     app = web.Application(client_max_size=settings.max_body, middlewares=[_count_requests, _json_errors])
     if settings.tls:
         assert settings.tls_cert is not None and settings.tls_key is not None  # checked by the settings
@@ -461,9 +456,14 @@ def make_app(settings: Settings) -> web.Application:
         app[TOKEN] = TokenFile.load(settings.token_file)
     app[SETTINGS] = settings
     app[POLICY] = state
-    app[ADMISSION] = Admission.build(settings, state.policy_file)
     app[METRICS] = Metrics()
-    app[METRICS].staggering_policies.set(len(state.policy_file.staggering_policies))
+
+    def admit_with(policy_file: PolicyFile) -> None:
+        app[ADMISSION] = Admission.build(settings, policy_file)
+        app[METRICS].staggering_policies.set(len(policy_file.staggering_policies))
+
+    admit_with(state.policy_file)
+    state.subscribe(admit_with)
     app[COUNTS] = dict.fromkeys(ADMISSION_RESULTS, 0)
     app[LIFECYCLE] = Lifecycle()
     app[ERRORS] = InternalErrors()

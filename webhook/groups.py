@@ -37,10 +37,20 @@ from stagger.contracts import groups as contract
 from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord, pair_label
 from stagger.informer import InformerSettings
+from stagger.policy import PolicyFile
 from stagger.waiting import wait_event
 from webhook import grants, wire
 from webhook.admission import EvictAnswer, EvictQuestion
-from webhook.app import ADMISSION, EVICT_DECIDER, METRICS, READINESS, SETTINGS, STATUS_SECTIONS, TOKEN
+from webhook.app import (
+    ADMISSION,
+    EVICT_DECIDER,
+    METRICS,
+    POLICY,
+    READINESS,
+    SETTINGS,
+    STATUS_SECTIONS,
+    TOKEN,
+)
 from webhook.evictions import EvictionReconciler
 from webhook.gates import GateReconciler
 from webhook.pacing import Pacing
@@ -122,6 +132,7 @@ def install(
     app[READINESS].append(_not_synced)
     app[METRICS].refreshers.append(lambda: _publish(app))
     app[STATUS_SECTIONS].append(_status_section)
+    app[POLICY].subscribe(lambda new: _policies_changed(app, new))
 
     if config is None:
         app[GROUPS].off = "no API server (no --kubeconfig, not in a cluster): admission only, no group pacing"
@@ -219,20 +230,24 @@ async def _drain_reservations(pacing: Pacing, *, within: float) -> None:
         logger.warning("%d grants not yet seen on their pods when giving up leadership", left)
 
 
+def _policies_changed(app: web.Application, new: PolicyFile) -> None:
+    """A reloaded policy file reaches the pacers at once (the policy watcher's subscriber): every known pod
+    is read again, since bypass selectors and groupings may have changed."""
+    groups = app[GROUPS]
+    pods = groups.watch.informer.objects() if groups.watch is not None else ()
+    groups.pacing.replace_policies(new.staggering_policies, pods)
+    logger.info("group pacing: %d staggering policies now", len(new.staggering_policies))
+
+
 async def _steward(app: web.Application) -> None:
-    """Keeps `granting` true exactly while this replica leads with its counts rebuilt, and follows policy
-    reloads. (The gauges are read off the state at each scrape: `_publish`.)"""
+    """Keeps `granting` true exactly while this replica leads with its counts rebuilt. (The gauges are read
+    off the state at each scrape: `_publish`.)"""
     groups = app[GROUPS]
     pacing = groups.pacing
-    policies = app[ADMISSION].policies
     was_leader = False
     while True:
         leadership, watch = groups.leadership, groups.watch
         assert leadership is not None and watch is not None
-        if app[ADMISSION].policies is not policies:
-            policies = app[ADMISSION].policies
-            pacing.replace_policies(policies, watch.informer.objects())
-            logger.info("group pacing: %d staggering policies now", len(policies))
         leading = leadership.is_leader
         if leading != was_leader:
             logger.info(

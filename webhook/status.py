@@ -14,8 +14,8 @@ from typing import Any
 from stagger import pacers
 from stagger.durations import format_duration
 from stagger.policy import PolicyFile, StaggeringPolicy
+from stagger.policywatch import PolicyWatcher
 from stagger.timestamps import format_rfc3339
-from webhook.policies import PolicyState
 from webhook.settings import Settings
 from webhook.tls import ServingCertificate
 
@@ -37,7 +37,7 @@ def _policy_row(policy: StaggeringPolicy) -> dict[str, Any]:
     return row
 
 
-def _policy_section(state: PolicyState, *, max_wait: float) -> dict[str, Any]:
+def _policy_section(state: PolicyWatcher, *, max_wait: float) -> dict[str, Any]:
     policy_file: PolicyFile = state.policy_file
     section: dict[str, Any] = {
         "source": state.source,
@@ -71,7 +71,7 @@ def build_status(
     *,
     settings: Settings,
     listen: str,
-    policy: PolicyState,
+    policy: PolicyWatcher,
     max_wait: float,
     certificate: ServingCertificate | None,
     admissions: Mapping[str, int],
