@@ -7,8 +7,7 @@ import logging
 import os
 import sys
 
-from lockd import app as lockd_app
-from lockd import server
+from lockd import daemon, server
 from lockd.settings import Settings, SettingsError, parse_settings
 from stagger import kube, policy
 
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        application = lockd_app.make_app(settings)
+        application = daemon.make_app(settings)
     except policy.PolicyError as err:
         print(f"lockd: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
         return 2

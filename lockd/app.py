@@ -1,4 +1,6 @@
-"""lockd's aiohttp application: handlers translate HTTP to `LockService` calls and back, nothing more.
+"""lockd's aiohttp application: handlers translate HTTP to `LockService` calls and back, nothing more;
+the app's state under typed keys, and the background tasks that keep the load, the slots' expiry and the
+policy current. The parts are built by `lockd.daemon`; cluster mode installs itself (`lockd.clustermode`).
 
 Two modes share everything but where pods come from: `standalone` (pods are namespace/name, slots end by
 DELETE or holdTimeout) and `cluster` (pods are checked against the API server's view of the node, and
@@ -11,19 +13,16 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 
-from lockd import heap, ledger, load, params, statefile, status
+from lockd import ledger, load, params, status
 from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
-from lockd.service import LeftQueue, LockService, Refused, Silent, choose_node_policy
+from lockd.service import LeftQueue, LockService, Refused, choose_node_policy
 from lockd.settings import Settings
 from stagger import kube, policy, throttles
 from stagger.contracts.lock import (
@@ -40,7 +39,7 @@ from stagger.policywatch import PolicyWatcher
 from stagger.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
-    # Cluster mode's parts are imported when cluster mode starts (`_cluster_parts`): a standalone lockd
+    # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
     # never loads the informers, the group client or the Event recorder.
     from lockd import cluster, groups
 
@@ -103,7 +102,7 @@ def node_labels(app: web.Application) -> dict[str, str]:
     return view.node_labels() if view is not None else dict(app[SETTINGS].node_labels)
 
 
-def _policy_file(watcher: PolicyWatcher) -> policy.PolicyFile | None:
+def policy_file_of(watcher: PolicyWatcher) -> policy.PolicyFile | None:
     """The policy file for `choose_node_policy`: None without one (the built-in default node policy)."""
     return watcher.policy_file if watcher.path is not None else None
 
@@ -112,7 +111,7 @@ def choose_policy(app: web.Application) -> None:
     watcher = app[POLICY]
     app[SERVICE].apply_policy(
         choose_node_policy(
-            policy_file=_policy_file(watcher), source=watcher.source, node_labels=node_labels(app)
+            policy_file=policy_file_of(watcher), source=watcher.source, node_labels=node_labels(app)
         )
     )
 
@@ -384,7 +383,7 @@ async def readyz(request: web.Request) -> web.Response:
     return unavailable if unavailable is not None else web.json_response({"ready": True})
 
 
-async def metrics(request: web.Request) -> web.Response:
+async def metrics_handler(request: web.Request) -> web.Response:
     return web.Response(
         body=request.app[METRICS].render(), headers={"Content-Type": metrics_text.CONTENT_TYPE}
     )
@@ -393,7 +392,7 @@ async def metrics(request: web.Request) -> web.Response:
 # --- background tasks ---------------------------------------------------------------------------------
 
 
-def _publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
+def publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
     m.cpu_load.set(-1 if sample.cpu_percent is None else sample.cpu_percent)
     m.io_load.set(-1 if sample.io_percent is None else sample.io_percent)
 
@@ -404,7 +403,7 @@ async def _sample_load(app: web.Application) -> None:
         sample = await asyncio.to_thread(reader.read) if settings.load_file else reader.read()
         changed = sample != cache.sample
         cache.sample = sample
-        _publish_load(m, sample)
+        publish_load(m, sample)
         if changed:
             app[SERVICE].load_changed()
         await asyncio.sleep(settings.sample_interval)
@@ -450,139 +449,8 @@ def _background(
     return context
 
 
-async def _cluster_parts(app: web.Application) -> AsyncIterator[None]:
-    """Cluster mode: the informers, the grant finisher, Events, and the start-up sync before any grant."""
-    from lockd import cluster, groups, pods
-    from stagger import events
-    from stagger.informer import InformerSettings
-    from stagger.names import Names
-
-    settings, service, state = app[SETTINGS], app[SERVICE], app[CLUSTER]
-    names = Names(settings.prefix)
-    async with aiohttp.ClientSession() as session:
-        client = kube.RestClient(session=session, config=state.config)
-        view = cluster.NodeView(
-            client=client,
-            node=settings.node_name,
-            names=names,
-            own_pod=settings.own_pod,
-            informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
-        )
-        state.view = view
-        group_client = None
-        group_watch = None
-        if settings.controller_url:
-            controller_ssl = groups.controller_ssl(settings.controller_ca_file)
-            group_client = groups.GroupClient(
-                session=session,
-                url=settings.controller_url,
-                token_file=settings.controller_token_file,
-                timeout=settings.controller_timeout,
-                availability=groups.Availability(
-                    unavailable_after=settings.group_unavailable_after,
-                    policy=cast(groups.FailurePolicy, settings.group_failure_policy),
-                ),
-                clock=service.clock,
-                ssl_context=controller_ssl,
-            )
-            group_watch = groups.GroupWatch(
-                session=session,
-                url=settings.controller_url,
-                token_file=settings.controller_token_file,
-                node=settings.node_name,
-                wait=settings.group_wait,
-                timeout=settings.controller_timeout,
-                aside=lambda: service.ledger.group_aside(service.clock()),
-                on_grantable=service.wake_waiters,
-                on_unhealthy=lambda: service.ledger.cap_group_aside(
-                    service.clock() + groups.UNREACHABLE_RETRY_SECONDS
-                ),
-                ssl_context=controller_ssl,
-            )
-        state.group_watch = group_watch
-        recorder = events.EventRecorder(client=client) if settings.events else None
-        service.node_state = view
-        service.finisher = cluster.ClusterFinisher(
-            client=client,
-            view=view,
-            groups=group_client,
-            names=names,
-            watch=group_watch,
-            recheck=settings.group_recheck,
-        )
-        service.announcer = (
-            cluster.EventAnnouncer(recorder=recorder, node=settings.node_name, wall=service.wall)
-            if recorder is not None
-            else Silent()
-        )
-        cluster.follow_pods(view, service)
-        view.nodes.add_handler(lambda kind, obj: choose_policy(app))
-
-        async def sync() -> None:
-            await view.wait_synced()
-            # Before the first grant: slots recorded on pods by an earlier lockd count again.
-            service.restore(pods.slots_to_rebuild(view.pods.objects(), names=names))
-            choose_policy(app)
-            service.ready = True
-            heap.trim()  # the first list's decoded pods are garbage now
-            logger.info(
-                "listed %d pods on node %s; ready (node policy %s)",
-                len(view.pods.store),
-                settings.node_name,
-                service.node_policy.name,
-            )
-
-        tasks = [
-            asyncio.create_task(view.run(), name="node-informers"),
-            asyncio.create_task(sync(), name="sync"),
-            *(
-                [asyncio.create_task(group_watch.run(), name="group-watch")]
-                if group_watch is not None
-                else []
-            ),
-        ]
-        if recorder is not None:
-            tasks.append(asyncio.create_task(recorder.run(), name="events"))
-        yield
-        if recorder is not None:
-            await recorder.drain(within=1.0)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _trim_heap(app: web.Application) -> None:
-    heap.trim()
-
-
 async def _close_service(app: web.Application) -> None:
     app[SERVICE].close()
-
-
-def _restore_state(service: LockService, path: Path) -> None:
-    """Standalone restarts keep their slots: read them back, then keep the file current."""
-    now, wall = service.clock(), service.wall()
-    try:
-        saved = statefile.load(path, now=now, wall=wall)
-    except statefile.StateFileError as err:
-        # Refusing to start would leave the node without lockd (every init client then fails open after
-        # maxWait): start empty, keep the bad file for a person to look at.
-        logger.error("%s; starting with no slots (the file is kept as %s.bad)", err, path)
-        path.replace(path.with_name(path.name + ".bad"))
-        saved = []
-    for slot in saved:
-        service.ledger.restore(slot)
-    if saved:
-        logger.info("restored %d slots from the state file %s", len(saved), path)
-
-    def persist(slots: list[ledger.Slot]) -> None:
-        try:
-            statefile.save(path, slots, now=service.clock(), wall=service.wall())
-        except OSError as err:
-            logger.error("cannot write the state file %s: %s", path, err)
-
-    service.persist = persist
-    persist(list(service.ledger.slots.values()))
 
 
 @web.middleware
@@ -606,51 +474,28 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 # --- the factory --------------------------------------------------------------------------------------
 
 
-def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> web.Application:
-    """Builds the app. Raises `policy.PolicyError` (naming every bad field) if the policy file is bad, and
-    `kube.ConfigError` in cluster mode when there is no way to reach the API server."""
-    watcher = PolicyWatcher.load(settings.policies, absent="built-in")
-    cluster_state = (
-        None if settings.standalone else ClusterState(config=kube.load_config(kubeconfig=settings.kubeconfig))
-    )
-    if reader is None:
-        reader = (
-            load.FileLoad(path=settings.load_file)
-            if settings.load_file
-            else load.SystemLoad(proc_root=settings.proc_root)
-        )
-    cores = settings.cores or os.cpu_count() or 1
-    cache = LoadCache(sample=reader.read())
-    app_metrics = Metrics()
-    _publish_load(app_metrics, cache.sample)
-    service = LockService(
-        active=choose_node_policy(
-            policy_file=_policy_file(watcher), source=watcher.source, node_labels=dict(settings.node_labels)
-        ),
-        cores=cores,
-        metrics=app_metrics,
-        waiter_idle_timeout=settings.waiter_idle_timeout,
-        load=cache.get,
-        ready=cluster_state is None,
-        max_queue=settings.max_queue,
-    )
-    if settings.state_file is not None:
-        _restore_state(service, settings.state_file)
+def make_app(
+    settings: Settings,
+    *,
+    service: LockService,
+    watcher: PolicyWatcher,
+    cache: LoadCache,
+    reader: load.LoadReader,
+    metrics: Metrics,
+) -> web.Application:
+    """The app around a built service: its state under typed keys, the routes and the background tasks
+    (load sampler, slot expiry, policy reload). `lockd.daemon.make_app` builds the parts and adds cluster
+    mode (`lockd.clustermode.install`)."""
     app = web.Application(client_max_size=settings.max_body, middlewares=[_json_errors])
     app[SETTINGS] = settings
     app[SERVICE] = service
-    app[METRICS] = app_metrics
+    app[METRICS] = metrics
     app[LOAD] = cache
     app[POLICY] = watcher
     watcher.subscribe(lambda _new: choose_policy(app))  # the node's policy is chosen anew at each reload
     app[READER] = reader
     app[QUERIES] = params.LockQueries(max_wait=settings.max_long_poll)
     app[BODIES] = EncodedBodies()
-    if cluster_state is not None:
-        app[CLUSTER] = cluster_state
-        app.cleanup_ctx.append(_cluster_parts)  # trims the heap once the node's pods are listed
-    else:
-        app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
     app.router.add_route("GET", LOCK_PATH, lock)
     app.router.add_route("POST", LOCK_PATH, lock)
     app.router.add_route("DELETE", LOCK_PATH, unlock)
@@ -658,21 +503,13 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     app.router.add_get("/status", show_status)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics_handler)
     app.cleanup_ctx.append(_background("load-sampler", _sample_load))
     app.cleanup_ctx.append(_background("slot-expiry", _expire_slots))
     if settings.policies is not None:
         app.cleanup_ctx.append(_background("policy-reload", _watch_policy))
     app.on_shutdown.append(_close_service)
-    logger.info(
-        "lockd (%s) for node %s: policy %s (%s), %d cores",
-        "standalone" if cluster_state is None else "cluster",
-        settings.node_name,
-        service.node_policy.name,
-        service.active.why,
-        cores,
-    )
     return app
 
 
-__all__ = ["make_app", "node_labels", "reload_policy"]
+__all__ = ["make_app", "node_labels", "publish_load", "reload_policy"]

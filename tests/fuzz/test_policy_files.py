@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lockd import app as lockd_app
+from lockd import daemon
 from lockd.metrics import Metrics
 from lockd.service import LockService, choose_node_policy
 from lockd.settings import Settings
@@ -385,7 +386,7 @@ def test_a_bad_reload_keeps_the_last_good_policy_and_a_good_one_is_taken(tmp_pat
     load_path.write_text(json.dumps({"cpuPercent": 5.0, "ioPercent": 0.0}))
     policy_path.write_text(VALID_TEXT)
     settings_ = Settings(standalone=True, node_name="n", cores=4, load_file=load_path, policies=policy_path)
-    app = lockd_app.make_app(replace(settings_, node_labels=(("node-role", "x"),)))
+    app = daemon.make_app(replace(settings_, node_labels=(("node-role", "x"),)))
     state, service = app[lockd_app.POLICY], app[lockd_app.SERVICE]
 
     @settings(FUZZ_SETTINGS, max_examples=RELOAD_EXAMPLES)
@@ -449,7 +450,7 @@ def test_lockd_refuses_to_start_on_a_bad_file_with_a_policy_error(
     policy_path = tmp_path / "policies.yaml"
     policy_path.write_text(text)
     with pytest.raises(PolicyError) as raised:
-        lockd_app.make_app(
+        daemon.make_app(
             Settings(standalone=True, cores=4, load_file=tmp_path / "none.json", policies=policy_path)
         )
     assert named in str(raised.value)

@@ -50,7 +50,7 @@ def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
             id="model-kube",
         ),
         pytest.param(
-            "lockd/ledger.py", "from lockd import app", "lockd: the command, the app", id="lockd-up"
+            "lockd/ledger.py", "from lockd import app", "lockd: the command, the wiring", id="lockd-up"
         ),
     ],
 )

@@ -11,8 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from lockd import app as lockd_app
-from lockd import server
+from lockd import daemon, server
 from lockd.settings import Settings
 
 
@@ -87,7 +86,7 @@ def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
             policy_path.write_text(policy_yaml)
             settings = replace(settings, policies=policy_path)
         settings = replace(settings, **overrides)  # type: ignore[arg-type]
-        app = lockd_app.make_app(settings)
+        app = daemon.make_app(settings)
         client = await aiohttp_client(LockdTestServer(app, settings))
         return Lockd(client=client, app=app, policy_path=policy_path, load_path=load_path)
 

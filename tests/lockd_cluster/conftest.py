@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from lockd import app as lockd_app
+from lockd import daemon
 from lockd.settings import Settings
 from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.kube import EVENTS, NODES, PODS, RestClient
@@ -141,7 +141,7 @@ def start_lockd(api: ApiServer, aiohttp_client, tmp_path: Path) -> StartLockd:
             policies=policy_path,
         )
         settings = replace(settings, **overrides)
-        app = lockd_app.make_app(settings)
+        app = daemon.make_app(settings)
         lockd = ClusterLockd(client=await aiohttp_client(app), app=app, policy_path=policy_path)
         if wait_ready:
             await lockd.wait_ready()

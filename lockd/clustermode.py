@@ -1,0 +1,136 @@
+"""Cluster mode installs itself on lockd's app (as the controller's group part does on the controller's):
+the API server's config is read when it is installed (a start-up error when there is none), and while
+the app runs, the node's pod and Node informers, the grant finisher that records each grant on its pod,
+the group pacer client and its wait stream (with `--controller-url`), Events, and the start-up sync that
+rebuilds the held slots from the pods before the first grant."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import cast
+
+import aiohttp
+from aiohttp import web
+
+from lockd import cluster, groups, heap, pods
+from lockd.app import CLUSTER, SERVICE, SETTINGS, ClusterState, choose_policy
+from lockd.service import LockService, Silent
+from lockd.settings import Settings
+from stagger import events, kube
+from stagger.informer import InformerSettings
+from stagger.names import Names
+
+__all__ = ["install"]
+
+logger = logging.getLogger(__name__)
+
+
+def install(app: web.Application) -> None:
+    """Raises `kube.ConfigError` when there is no way to reach the API server."""
+    settings = app[SETTINGS]
+    app[CLUSTER] = ClusterState(config=kube.load_config(kubeconfig=settings.kubeconfig))
+    app.cleanup_ctx.append(_running)
+
+
+def _group_parts(
+    settings: Settings, *, session: aiohttp.ClientSession, service: LockService
+) -> tuple[groups.GroupClient | None, groups.GroupWatch | None]:
+    """The controller's group pacer service: the client that asks for a pod, and the wait stream that
+    says when a waiting pod's group may go on. None without `--controller-url`."""
+    if not settings.controller_url:
+        return None, None
+    controller_ssl = groups.controller_ssl(settings.controller_ca_file)
+    client = groups.GroupClient(
+        session=session,
+        url=settings.controller_url,
+        token_file=settings.controller_token_file,
+        timeout=settings.controller_timeout,
+        availability=groups.Availability(
+            unavailable_after=settings.group_unavailable_after,
+            policy=cast(groups.FailurePolicy, settings.group_failure_policy),
+        ),
+        clock=service.clock,
+        ssl_context=controller_ssl,
+    )
+    watch = groups.GroupWatch(
+        session=session,
+        url=settings.controller_url,
+        token_file=settings.controller_token_file,
+        node=settings.node_name,
+        wait=settings.group_wait,
+        timeout=settings.controller_timeout,
+        aside=lambda: service.ledger.group_aside(service.clock()),
+        on_grantable=service.wake_waiters,
+        on_unhealthy=lambda: service.ledger.cap_group_aside(
+            service.clock() + groups.UNREACHABLE_RETRY_SECONDS
+        ),
+        ssl_context=controller_ssl,
+    )
+    return client, watch
+
+
+async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> None:
+    """Before the first grant: the node's pods listed, and the slots an earlier lockd recorded on them
+    counted again."""
+    settings, service = app[SETTINGS], app[SERVICE]
+    await view.wait_synced()
+    service.restore(pods.slots_to_rebuild(view.pods.objects(), names=names))
+    choose_policy(app)
+    service.ready = True
+    heap.trim()  # the first list's decoded pods are garbage now
+    logger.info(
+        "listed %d pods on node %s; ready (node policy %s)",
+        len(view.pods.store),
+        settings.node_name,
+        service.node_policy.name,
+    )
+
+
+async def _running(app: web.Application) -> AsyncIterator[None]:
+    settings, service, state = app[SETTINGS], app[SERVICE], app[CLUSTER]
+    names = Names(settings.prefix)
+    async with aiohttp.ClientSession() as session:
+        client = kube.RestClient(session=session, config=state.config)
+        view = cluster.NodeView(
+            client=client,
+            node=settings.node_name,
+            names=names,
+            own_pod=settings.own_pod,
+            informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
+        )
+        group_client, group_watch = _group_parts(settings, session=session, service=service)
+        state.view, state.group_watch = view, group_watch
+        recorder = events.EventRecorder(client=client) if settings.events else None
+        # The parts that need the session (made here, in the running loop, as aiohttp asks).
+        service.node_state = view
+        service.finisher = cluster.ClusterFinisher(
+            client=client,
+            view=view,
+            groups=group_client,
+            names=names,
+            watch=group_watch,
+            recheck=settings.group_recheck,
+        )
+        service.announcer = (
+            cluster.EventAnnouncer(recorder=recorder, node=settings.node_name, wall=service.wall)
+            if recorder is not None
+            else Silent()
+        )
+        cluster.follow_pods(view, service)
+        view.nodes.add_handler(lambda kind, obj: choose_policy(app))
+        tasks = [
+            asyncio.create_task(view.run(), name="node-informers"),
+            asyncio.create_task(_sync(app, view, names), name="sync"),
+        ]
+        if group_watch is not None:
+            tasks.append(asyncio.create_task(group_watch.run(), name="group-watch"))
+        if recorder is not None:
+            tasks.append(asyncio.create_task(recorder.run(), name="events"))
+        yield
+        if recorder is not None:
+            await recorder.drain(within=1.0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
