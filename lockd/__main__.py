@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 
 from lockd import daemon, server
-from lockd.settings import Settings, SettingsError, parse_settings
-from stagger import kube, policy
+from lockd.settings import Settings, parse_settings
+from stagger import kube, policy, startup
 
 
 def banner(settings: Settings) -> str:
@@ -25,24 +24,19 @@ def banner(settings: Settings) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
-    except SettingsError as err:
-        print(f"lockd: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    started = startup.start(
+        "lockd",
+        argv=sys.argv[1:] if argv is None else argv,
+        parse=parse_settings,
+        build=daemon.make_app,
+        refusals=[
+            (policy.PolicyError, "the policy file is not valid, nothing started:\n"),
+            (kube.ConfigError, "cannot reach the cluster (or run with --standalone): "),
+        ],
     )
-    try:
-        application = daemon.make_app(settings)
-    except policy.PolicyError as err:
-        print(f"lockd: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
-        return 2
-    except kube.ConfigError as err:
-        print(f"lockd: cannot reach the cluster: {err} (or run with --standalone)", file=sys.stderr)
-        return 2
+    if isinstance(started, int):
+        return started
+    settings, application = started
     runner = server.make_runner(
         application,
         header_timeout=settings.header_timeout,

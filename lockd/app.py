@@ -24,11 +24,11 @@ from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
 from lockd.service import LeftQueue, LockService, Refused, choose_node_policy
 from lockd.settings import Settings
-from stagger import kube, policy, throttles
+from stagger import kube, policy, serving, throttles
+from stagger.contracts.errors import ErrorBody
 from stagger.contracts.lock import (
     LOCK_PATH,
     RELEASE_TOKEN_HEADER,
-    ErrorBody,
     LeftQueueBody,
     LockDenied,
     LockGranted,
@@ -453,24 +453,6 @@ async def _close_service(app: web.Application) -> None:
     app[SERVICE].close()
 
 
-@web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error is JSON with a reason (404, 405, 413 included), and a body over `--max-body` is refused
-    before any handler sees it."""
-    try:
-        if request.body_exists:
-            await request.read()  # enforces client_max_size (413) also for chunked bodies
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        if exc.status == 413:
-            reason = f"request body too large: at most {request.app[SETTINGS].max_body} bytes"
-        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-        return _json_error(exc.status, reason, headers=headers)
-
-
 # --- the factory --------------------------------------------------------------------------------------
 
 
@@ -486,7 +468,10 @@ def make_app(
     """The app around a built service: its state under typed keys, the routes and the background tasks
     (load sampler, slot expiry, policy reload). `lockd.daemon.make_app` builds the parts and adds cluster
     mode (`lockd.clustermode.install`)."""
-    app = web.Application(client_max_size=settings.max_body, middlewares=[_json_errors])
+    app = web.Application(
+        client_max_size=settings.max_body,
+        middlewares=[serving.json_errors(max_body=settings.max_body, read_first=True)],
+    )
     app[SETTINGS] = settings
     app[SERVICE] = service
     app[METRICS] = metrics

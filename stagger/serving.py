@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_protocol import RequestHandler
 
-__all__ = ["ListenError", "Listener", "Runner", "make_runner", "serve"]
+from stagger.contracts.errors import ErrorBody
+
+__all__ = ["ListenError", "Listener", "Runner", "json_errors", "make_runner", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,3 +184,33 @@ async def serve(
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
         await _cleanup(running)
+
+
+# What an error answer keeps of the exception's headers: what a client needs to go on.
+_KEPT_HEADERS = ("allow", "retry-after")
+
+
+def json_errors(*, max_body: int, read_first: bool) -> Middleware:
+    """The middleware that makes every error answer JSON with a reason (`ErrorBody`; 404, 405 and 413
+    included), keeping `Allow` and `Retry-After`. A body over `max_body` (the app's `client_max_size`) is
+    a 413 that says the limit. With `read_first`, the body is read before the handler runs, so that limit
+    holds for chunked bodies too and before any handler sees the request (lockd's, whose handlers read
+    only the query); without it the handlers read the body themselves."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            if read_first and request.body_exists:
+                await request.read()  # enforces client_max_size (413) also for chunked bodies
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+            if exc.status == 413:
+                reason = f"request body too large: at most {max_body} bytes"
+            headers = {k: v for k, v in exc.headers.items() if k.lower() in _KEPT_HEADERS}
+            body: ErrorBody = {"error": reason}
+            return web.json_response(body, status=exc.status, headers=headers)
+
+    return middleware

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 
-from stagger import kube, policy, serving
+from stagger import kube, policy, serving, startup
 from webhook import app as controller_app
 from webhook import controller
-from webhook.settings import Settings, SettingsError, parse_settings
+from webhook.settings import Settings, parse_settings
 from webhook.tls import CertificateError
 from webhook.token import TokenError
 
@@ -27,30 +26,21 @@ def banner(settings: Settings, main: serving.Listener, probes: serving.Listener)
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
-    except SettingsError as err:
-        print(f"webhook: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    started = startup.start(
+        "webhook",
+        argv=sys.argv[1:] if argv is None else argv,
+        parse=parse_settings,
+        build=controller.make_app,
+        refusals=[
+            (policy.PolicyError, "the policy file is not valid, nothing started:\n"),
+            (CertificateError, "--tls-cert/--tls-key: "),
+            (TokenError, "--token-file: "),
+            (kube.ConfigError, "--kubeconfig: "),
+        ],
     )
-    try:
-        application = controller.make_app(settings)
-    except policy.PolicyError as err:
-        print(f"webhook: the policy file is not valid, nothing started:\n{err}", file=sys.stderr)
-        return 2
-    except CertificateError as err:
-        print(f"webhook: --tls-cert/--tls-key: {err}", file=sys.stderr)
-        return 2
-    except TokenError as err:
-        print(f"webhook: --token-file: {err}", file=sys.stderr)
-        return 2
-    except kube.ConfigError as err:
-        print(f"webhook: --kubeconfig: {err}", file=sys.stderr)
-        return 2
+    if isinstance(started, int):
+        return started
+    settings, application = started
     access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
     certificate = application.get(controller_app.CERTIFICATE)
     main_listener = serving.Listener(

@@ -32,6 +32,7 @@ from typing import Any, cast
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from stagger import serving
 from stagger.names import Names
 from stagger.policy import PolicyFile, StaggeringPolicy
 from stagger.policywatch import PolicyWatcher
@@ -409,19 +410,6 @@ async def _mark_closing(app: web.Application) -> None:
 
 
 @web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error is JSON with a reason (404 and 405 included)."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        reason = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return _json_error(exc.status, reason, headers=headers)
-
-
-@web.middleware
 async def _count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     """`stagger_controller_requests_total{route, code}`: what reaches the controller, and how often. The
     route's template, not the path, so that the label's values stay few whatever callers send."""
@@ -448,7 +436,10 @@ def make_app(settings: Settings) -> web.Application:
     `token.TokenError` for an unreadable or empty token file. The listener's SSL context is
     `app[CERTIFICATE].context` (absent with --insecure-http)."""
     state = PolicyWatcher.load(settings.policies, absent="none (no --policies)")
-    app = web.Application(client_max_size=settings.max_body, middlewares=[_count_requests, _json_errors])
+    app = web.Application(
+        client_max_size=settings.max_body,
+        middlewares=[_count_requests, serving.json_errors(max_body=settings.max_body, read_first=False)],
+    )
     if settings.tls:
         assert settings.tls_cert is not None and settings.tls_key is not None  # checked by the settings
         app[CERTIFICATE] = ServingCertificate.load(settings.tls_cert, settings.tls_key)
@@ -486,9 +477,15 @@ def make_app(settings: Settings) -> web.Application:
     return app
 
 
+_PROBE_MAX_BODY = 64 * 1024  # the probes take no body
+
+
 def make_probe_app(controller: web.Application) -> web.Application:
     """The plain HTTP probe listener's app, answering for `controller` (the app of `make_app`)."""
-    app = web.Application(client_max_size=64 * 1024, middlewares=[_json_errors])
+    app = web.Application(
+        client_max_size=_PROBE_MAX_BODY,
+        middlewares=[serving.json_errors(max_body=_PROBE_MAX_BODY, read_first=False)],
+    )
     app[CONTROLLER] = controller
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

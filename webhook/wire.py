@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, NotRequired, Required, TypedDict
 
+from stagger.contracts.errors import ErrorBody  # every stagger API's error answer, defined once
+
 __all__ = [
     "API_VERSION",
     "KIND",
@@ -102,12 +104,6 @@ class ReviewOut(TypedDict):
     apiVersion: Literal["admission.k8s.io/v1"]
     kind: Literal["AdmissionReview"]
     response: AdmissionResponse
-
-
-class ErrorBody(TypedDict):
-    """The body of a 400 for a request that is not an AdmissionReview at all."""
-
-    error: str
 
 
 class PatchOperation(TypedDict):

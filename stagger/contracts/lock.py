@@ -48,10 +48,6 @@ class Released(TypedDict):
     heldSeconds: float
 
 
-class ErrorBody(TypedDict):
-    error: str
-
-
 class QueueFullBody(TypedDict):
     granted: bool  # always False
     reason: str
