@@ -36,7 +36,8 @@ from stagger import serving
 from stagger.names import Names
 from stagger.policy import PolicyFile, StaggeringPolicy
 from stagger.policywatch import PolicyWatcher
-from webhook import admission, status, wire
+from webhook import admission, status
+from webhook.admission import wire
 from webhook.metrics import ADMISSION_RESULTS, Metrics
 from webhook.settings import Settings
 from webhook.tls import ServingCertificate

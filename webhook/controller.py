@@ -1,20 +1,47 @@
-"""The whole controller app: admission (`webhook.app`) plus group pacing (`webhook.groups`) with leader
-election (`webhook.leader`), as `python -m webhook` runs it."""
+"""The whole controller app, as `python -m webhook` runs it: admission (`webhook.app`, `webhook.admission`)
+plus the group part put together on it: the pacers and their pod watch (`webhook.groups`), the
+reconcilers that release held pods (`webhook.reconcilers`), and leader election (`webhook.leader`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from stagger import kube
+from stagger.contracts import groups as contract
+from stagger.events import EventRecorder
+from stagger.groupbook import Claim, PodRecord
+from stagger.informer import InformerSettings
 from webhook import app as admission_app
 from webhook import groups, leader
+from webhook.app import (
+    ADMISSION,
+    EVICT_DECIDER,
+    METRICS,
+    POLICY,
+    READINESS,
+    SETTINGS,
+    STATUS_SECTIONS,
+)
+from webhook.groups.api import admit, decide_evict, grant, wait
+from webhook.groups.pacing import Pacing
+from webhook.groups.podwatch import PodWatch
+from webhook.groups.report import not_synced, publish, status_section
+from webhook.groups.state import GROUPS, Groups, LeaderFactory, sole_leader
+from webhook.groups.steward import drain_reservations, policies_changed, run_steward
+from webhook.reconcilers.evictions import EvictionReconciler
+from webhook.reconcilers.gates import GateReconciler
 from webhook.settings import Settings
 
-__all__ = ["make_app"]
+__all__ = ["install", "make_app"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,5 +93,108 @@ def elect(
 def make_app(settings: Settings) -> web.Application:
     """Raises what `webhook.app.make_app` raises, and `kube.ConfigError` for a bad --kubeconfig."""
     app = admission_app.make_app(settings)
-    groups.install(app, config=cluster_config(settings), leader_factory=elect(settings))
+    install(app, config=cluster_config(settings), leader_factory=elect(settings))
     return app
+
+
+def install(
+    app: web.Application, *, config: kube.ClusterConfig | None, leader_factory: LeaderFactory = sole_leader
+) -> None:
+    """Add the group part to the controller's TLS app (routes, background work, readiness, /status).
+    With `config` None (no API server), the routes answer 503 and `/status` says why."""
+    pacing = Pacing(names=app[ADMISSION].names, policies={p.name: p for p in app[ADMISSION].policies})
+    app[GROUPS] = Groups(pacing=pacing)
+    app.router.add_post(contract.GRANT_PATH, grant)
+    app.router.add_post(contract.WAIT_PATH, wait)
+    app.router.add_post(contract.ADMIT_PATH, admit)
+    app[EVICT_DECIDER] = lambda question: decide_evict(app, question)
+    app[READINESS].append(not_synced)
+    app[METRICS].refreshers.append(lambda: publish(app))
+    app[STATUS_SECTIONS].append(status_section)
+    app[POLICY].subscribe(lambda new: policies_changed(app, new))
+
+    if config is None:
+        app[GROUPS].off = "no API server (no --kubeconfig, not in a cluster): admission only, no group pacing"
+        logger.warning("group pacing is off: %s", app[GROUPS].off)
+        return
+
+    settings = app[SETTINGS]
+    if settings.leader_ca_file is not None:
+        # Read now, so a missing or bad CA file is a start-up error naming the flag.
+        try:
+            app[GROUPS].leader_ssl = ssl.create_default_context(cafile=str(settings.leader_ca_file))
+        except (OSError, ssl.SSLError) as err:
+            raise ValueError(f"--leader-ca-file: cannot use {settings.leader_ca_file}: {err}") from err
+
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        async with aiohttp.ClientSession() as session:
+            app[GROUPS].session = session
+            async for _ in _running(app, kube.RestClient(session=session, config=config), leader_factory):
+                yield
+
+    app.cleanup_ctx.append(run)
+
+
+async def _running(
+    app: web.Application, client: kube.RestClient, leader_factory: LeaderFactory
+) -> AsyncIterator[None]:
+    groups = app[GROUPS]
+    pacing = groups.pacing
+    events = EventRecorder(client=client)
+    watch = PodWatch(
+        client=client, pacing=pacing, settings=InformerSettings(), events=events, host=socket.gethostname()
+    )
+    leadership, elect = leader_factory(app, client)
+    metrics = app[METRICS]
+    gates = GateReconciler(
+        client=client,
+        pacing=pacing,
+        counted=lambda basis: metrics.grants.labels(basis=basis).inc(),
+        removed=lambda result: metrics.gate_removals.labels(result=result).inc(),
+        pod=lambda key: watch.informer.get(f"{key[0]}/{key[1]}"),
+        wall=time.time,
+    )
+    evictions = EvictionReconciler(
+        client=client,
+        pacing=pacing,
+        backoff=app[SETTINGS].eviction_backoff,
+        counted=lambda basis: metrics.grants.labels(basis=basis).inc(),
+        result=lambda result: metrics.evictions.labels(result=result).inc(),
+        released=lambda record, reason, claim: _announce_eviction(watch, record, reason, claim),
+    )
+    groups.watch, groups.leadership, groups.gates, groups.evictions = watch, leadership, gates, evictions
+    tasks = [
+        asyncio.create_task(watch.run(), name="pod-watch"),
+        asyncio.create_task(events.run(), name="events"),
+        asyncio.create_task(gates.run(), name="gate-reconciler"),
+        asyncio.create_task(evictions.run(), name="eviction-reconciler"),
+        asyncio.create_task(run_steward(app), name="group-steward"),
+    ]
+    election = asyncio.create_task(elect(), name="leader-election") if elect is not None else None
+    try:
+        yield
+    finally:
+        # Stop granting, let what was granted show on the pods, then give up the Lease (see the docstring).
+        groups.stopping = True
+        pacing.set_granting(False)
+        await drain_reservations(pacing, within=app[SETTINGS].grant_drain)
+        if election is not None:
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await events.drain(within=1.0)
+
+
+def _announce_eviction(watch: PodWatch, record: PodRecord, reason: str, claim: Claim | None) -> None:
+    owner = (
+        "its owner's replacement starts in its place"
+        if claim is not None
+        else "it has no owner to replace it"
+    )
+    watch.announce(
+        record,
+        "StaggerReleased",
+        f"released: evicted, {owner} ({reason}); now {watch.describe_pairs(record.pacer_groups + record.bypassed_groups)}",
+    )

@@ -36,21 +36,21 @@ LOCKD_RULES: set[Rule] = {
 }
 
 CONTROLLER_CLUSTER_RULES: set[Rule] = {
-    # list, watch: webhook/podwatch.py PodWatch.informer (enabled pods, cluster-wide);
-    # patch: webhook/gates.py (gate mode: the scheduling gate's removal, a JSON patch) and
-    #   webhook/leader.py _set_label (the leader label on its own pod). The controller never gets a pod.
+    # list, watch: webhook/groups/podwatch.py PodWatch.informer (enabled pods, cluster-wide);
+    # patch: webhook/reconcilers/gates.py (gate mode: the scheduling gate's removal, a JSON patch) and
+    #   webhook/leader/elector.py _set_label (the leader label on its own pod). The controller never gets a pod.
     ("", "pods", ("list", "watch", "patch"), ()),
-    # create: webhook/evictions.py release -> RestClient.evict (POST pods/<name>/eviction), evict mode.
+    # create: webhook/reconcilers/evictions.py release -> RestClient.evict (POST pods/<name>/eviction), evict mode.
     ("", "pods/eviction", ("create",), ()),
-    # create: stagger/events.py EventRecorder.run (webhook/groups.py, for webhook/podwatch.py), core/v1.
+    # create: stagger/events.py EventRecorder.run (webhook/controller.py, for webhook/groups/podwatch.py), core/v1.
     ("", "events", ("create",), ()),
 }
 
 CONTROLLER_ROLE_RULES: set[Rule] = {
-    # create: webhook/leader.py _write, the first replica to campaign creates the Lease (a create cannot
+    # create: webhook/leader/elector.py _write, the first replica to campaign creates the Lease (a create cannot
     # be limited by resourceNames: the name is in the body).
     ("coordination.k8s.io", "leases", ("create",), ()),
-    # get: webhook/leader.py _try_acquire_or_renew and _release; update: _write (PUT, conditional on
+    # get: webhook/leader/elector.py _try_acquire_or_renew and _release; update: _write (PUT, conditional on
     # resourceVersion). Only the release's own Lease.
     ("coordination.k8s.io", "leases", ("get", "update"), (CONTROLLER,)),
 }

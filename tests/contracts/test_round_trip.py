@@ -21,7 +21,7 @@ from stagger.contracts.groups import AdmitRequest, GrantAnswer, GrantRequest, Wa
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER, LockParams, LockReply
 from tests.lockd import conftest as lockd_conftest
 from tests.lockd.conftest import StartLockd
-from webhook import grants
+from webhook.groups import grants
 
 ONE_SLOT = """nodePolicies:
 - name: one

@@ -7,7 +7,7 @@ by stub) with any part of them replaced by a value of another type or removed (r
 labels, spec, containers, podFailurePolicy...), wrong apiVersion or kind, no uid, truncated JSON, random
 bytes, bodies over `--max-body`, and any Content-Type.
 
-What must come back (docs/contracts.md and webhook/admission.py): a body that is not an AdmissionReview
+What must come back (docs/contracts.md and webhook/admission/): a body that is not an AdmissionReview
 request gets a 4xx (400, or 413 over the body limit) with a JSON `{"error": reason}`; a review gets a 200
 AdmissionReview that echoes its uid and allows the object; a patch, when there is one, is a JSON Patch
 that applies cleanly (jsonpatch) to the object sent. The documented "admitted unchanged" warning of an
@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 from stagger.matching import pod_labels
 from tests.fuzz.controller import RunningController, start_controller
 from tests.webhook.reviews import ENABLE
-from webhook import admission
 from webhook.admission import INTERNAL_ERROR_WARNING
+from webhook.admission import pods as admission_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -390,7 +390,7 @@ def _allowed_errors() -> re.Pattern[str]:
     """The log of the documented malformed pod (see `unpatchable_on_purpose`): the ValueErrors that
     webhook.admission.mutation raises on purpose, first with their traceback, later as one line naming the
     source line."""
-    source = Path(admission.__file__)
+    source = Path(admission_pods.__file__)
     lines = [
         number
         for number, line in enumerate(source.read_text().splitlines(), start=1)

@@ -1,4 +1,4 @@
-"""The leader's pacing state around an eviction (webhook.pacing): an evicted pod leaves the book and its
+"""The leader's pacing state around an eviction (webhook.groups.pacing): an evicted pod leaves the book and its
 place becomes its owner's reservation; a late watch event of that pod (from before the eviction,
 delivered after it) does not bring it back as held, so it cannot be evicted twice for one release; the
 DELETED event of the old pod leaves a new pod of the same name (a StatefulSet's) alone; the watch may show
@@ -15,7 +15,7 @@ from stagger.names import Names
 from stagger.policy import MaxConcurrentPacer, StaggeringPolicy
 from stagger.selectors import LabelSelector
 from stagger.timestamps import format_rfc3339
-from webhook.pacing import Pacing
+from webhook.groups.pacing import Pacing
 
 NAMES = Names()
 P = NAMES.prefix

@@ -19,7 +19,7 @@ from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.objects import Obj
-from webhook.pacing import Pacing
+from webhook.groups.pacing import Pacing
 
 __all__ = ["COMPONENT", "PodWatch", "slim_pod", "transition_event"]
 

@@ -28,8 +28,8 @@ import aiohttp
 
 from stagger.groupbook import Claim, PodKey, PodRecord
 from stagger.kube import ApiError, RestClient
-from webhook.pacing import Pacing
-from webhook.releasing import Releaser
+from webhook.groups.pacing import Pacing
+from webhook.reconcilers.releasing import Releaser
 
 __all__ = ["MAX_BACKOFF_SECONDS", "EvictionReconciler", "EvictionResult", "EvictionStats"]
 
@@ -59,7 +59,7 @@ class _Backoff:
 
 class EvictionReconciler(Releaser):
     """Runs while this replica leads: whenever the book changes (and every RECHECK_SECONDS, as room also
-    changes with time), the held pods the pacers allow are reserved and evicted (`webhook.releasing`)."""
+    changes with time), the held pods the pacers allow are reserved and evicted (`webhook.reconcilers.releasing`)."""
 
     verb = "evict"
 

@@ -1,4 +1,4 @@
-"""What the leader's reconcilers share (gate mode: `webhook.gates`, evict mode: `webhook.evictions`): while
+"""What the leader's reconcilers share (gate mode: `webhook.reconcilers.gates`, evict mode: `webhook.reconcilers.evictions`): while
 this replica grants, whenever the book changes (and every RECHECK_SECONDS, as room also changes with time
 alone), the held pods the pacers allow that this reconciler handles are reserved (`Pacing.grant`) and
 released, one task per pod, at most MAX_IN_FLIGHT at once, never two for the same pod."""
@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from stagger.groupbook import PodKey, PodRecord
-from webhook.pacing import RECHECK_SECONDS, Pacing
+from webhook.groups.pacing import RECHECK_SECONDS, Pacing
 
 __all__ = ["MAX_IN_FLIGHT", "Releaser"]
 

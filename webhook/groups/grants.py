@@ -23,7 +23,7 @@ from aiohttp import web
 
 from stagger.contracts import groups as contract
 from stagger.groupbook import PodKey
-from webhook import wire
+from webhook.admission import wire
 
 __all__ = [
     "MAX_ADMIT_PAIRS",

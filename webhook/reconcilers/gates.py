@@ -24,8 +24,8 @@ from stagger.groupbook import PodKey, PodRecord
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
-from webhook.pacing import Pacing
-from webhook.releasing import Releaser
+from webhook.groups.pacing import Pacing
+from webhook.reconcilers.releasing import Releaser
 
 __all__ = ["GateReconciler", "GateStats", "json_pointer", "ungate_patch"]
 
@@ -80,7 +80,7 @@ class GateStats:
 
 class GateReconciler(Releaser):
     """Runs while this replica leads: whenever the book changes (or every RECHECK_SECONDS), the gated pods
-    the pacers allow are reserved and released (`webhook.releasing`)."""
+    the pacers allow are reserved and released (`webhook.reconcilers.releasing`)."""
 
     verb = "ungate"
 

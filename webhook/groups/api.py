@@ -1,0 +1,233 @@
+"""The group grant API lockd calls (`POST /v1/groups/grant`, the wait stream) and evict mode's admission
+decision (`POST /v1/groups/admit`, asked of the leader by the replicas that do not lead): handlers that
+translate HTTP to the pacing and back."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal
+
+import aiohttp
+from aiohttp import web
+
+from stagger.contracts import groups as contract
+from stagger.waiting import wait_event
+from webhook.admission import EvictAnswer, EvictQuestion, wire
+from webhook.app import (
+    METRICS,
+    SETTINGS,
+    TOKEN,
+)
+from webhook.groups import grants
+from webhook.groups.state import GROUPS, Groups
+
+__all__ = ["admit", "decide_evict", "grant", "wait"]
+
+logger = logging.getLogger(__name__)
+
+
+def _refusal(request: web.Request) -> web.Response | None:
+    """401 without the token, 403 with no token configured, 503 when this replica does not grant."""
+    app = request.app
+    token = app.get(TOKEN)
+    if token is None:
+        body: wire.ErrorBody = {"error": "the group grant API is off: the controller has no --token-file"}
+        return web.json_response(body, status=403)
+    if not token.accepts(request.headers.get("Authorization")):
+        return grants.unauthorized()
+    groups = app[GROUPS]
+    if groups.off is not None:
+        return web.json_response({"error": groups.off}, status=503, headers={"Retry-After": "5"})
+    if not groups.granting:
+        leadership = groups.leadership
+        return grants.not_granting(
+            leader=None if leadership is None else leadership.leader,
+            is_leader=bool(leadership is not None and leadership.is_leader),
+        )
+    return None
+
+
+async def grant(request: web.Request) -> web.Response:
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    try:
+        body = grants.parse_grant(await request.read())
+    except ValueError as err:
+        return grants.bad_request(str(err))
+    decision = request.app[GROUPS].pacing.grant(
+        namespace=body["namespace"], name=body["name"], uid=body["uid"]
+    )
+    request.app[METRICS].grants.labels(basis=decision.basis).inc()
+    where = f" on {body['node']}" if "node" in body else ""
+    if decision.granted:
+        logger.info("granted %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
+    else:
+        logger.debug("held %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
+    answer: contract.GrantAnswer = {
+        "granted": decision.granted,
+        "reason": decision.reason,
+        "retryAfter": round(decision.retry_after, 3),
+    }
+    return web.json_response(answer)
+
+
+async def wait(request: web.Request) -> web.Response:
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    try:
+        _node, seconds, keys = grants.parse_wait(await request.read())
+    except ValueError as err:
+        return grants.bad_request(str(err))
+    found = await request.app[GROUPS].pacing.wait_grantable(keys, within=seconds)
+    answer: contract.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
+    return web.json_response(answer)
+
+
+async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAnswer:
+    """Let the pod through or hold it: decided here when this replica grants, else by the leader."""
+    groups = app[GROUPS]
+    metrics = app[METRICS]
+    now = time.time()
+    if groups.off is not None:
+        metrics.evict_admissions.labels(outcome="lock", basis="off").inc()
+        return EvictAnswer(outcome="lock", reason=groups.off, now=now)
+    if groups.granting or await _until_granting(groups, within=app[SETTINGS].admit_timeout):
+        decision = groups.pacing.admit(
+            pacer_groups=question.pacer_groups,
+            bypassed_groups=question.bypassed_groups,
+            owner=question.owner,
+            dry_run=question.dry_run,
+        )
+        outcome: Literal["admit", "hold"] = "admit" if decision.admit else "hold"
+        metrics.evict_admissions.labels(outcome=outcome, basis=decision.basis).inc()
+        return EvictAnswer(
+            outcome=outcome,
+            reason=decision.reason,
+            now=now,
+            ticket=decision.ticket,
+            held_since=decision.held_since,
+        )
+    leadership = groups.leadership
+    if leadership is not None and leadership.is_leader and not groups.stopping:
+        # Leading, but the counts were not rebuilt within --admit-timeout: nobody else can answer.
+        reason = (
+            "this replica leads but is still rebuilding its group counts from the API "
+            f"(waited --admit-timeout {app[SETTINGS].admit_timeout:g}s)"
+        )
+        logger.info("held a pod in evict mode: %s", reason)
+        metrics.evict_admissions.labels(outcome="hold", basis="unanswered").inc()
+        return EvictAnswer(outcome="hold", reason=reason, now=now)
+    answer, answered = await _ask_leader(app, question, now=now)
+    metrics.evict_admissions.labels(
+        outcome=answer.outcome, basis="forwarded" if answered else "unanswered"
+    ).inc()
+    return answer
+
+
+async def _until_granting(groups: Groups, *, within: float) -> bool:
+    """Whether this replica grants, waiting (at most `within` seconds) while it leads but is still
+    rebuilding its counts: a pod created just as the controller starts (or just after an election) is
+    decided on the counts a moment later, not held for want of them (holding would cost it an eviction)."""
+    deadline = time.monotonic() + within
+    while not groups.granting:
+        leadership, watch = groups.leadership, groups.watch
+        if groups.stopping or leadership is None or watch is None or not leadership.is_leader:
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if watch.synced:
+            await groups.pacing.changed(since=groups.pacing.version, within=remaining)  # the steward's turn
+        else:
+            await wait_event(watch.informer.synced, within=remaining)
+    return True
+
+
+async def _ask_leader(
+    app: web.Application, question: EvictQuestion, *, now: float
+) -> tuple[EvictAnswer, bool]:
+    """The leader's answer, and whether it came (if not: hold, and say why)."""
+    settings = app[SETTINGS]
+    groups = app[GROUPS]
+    token = app.get(TOKEN)
+    if settings.leader_url is None or groups.session is None or token is None:
+        why = "no --leader-url" if settings.leader_url is None else "no --token-file"
+        reason = f"this replica does not lead and cannot ask the leader ({why})"
+        logger.info("held a pod in evict mode: %s", reason)
+        return EvictAnswer(outcome="hold", reason=reason, now=now), False
+    body: contract.AdmitRequest = {
+        "pacerGroups": [list(pair) for pair in question.pacer_groups],
+        "bypassedGroups": [list(pair) for pair in question.bypassed_groups],
+        "owner": question.owner,
+        "dryRun": question.dry_run,
+    }
+    url = settings.leader_url.rstrip("/") + contract.ADMIT_PATH
+    try:
+        async with groups.session.post(
+            url,
+            json=body,
+            headers={"Authorization": f"Bearer {token.token.decode()}"},
+            ssl=groups.leader_ssl if groups.leader_ssl is not None else True,
+            timeout=aiohttp.ClientTimeout(total=settings.admit_timeout),
+        ) as response:
+            answer = await response.json(content_type=None)
+            if response.status != 200 or not isinstance(answer, dict):
+                error = answer.get("error") if isinstance(answer, dict) else None
+                raise ValueError(f"HTTP {response.status}: {error or 'unexpected answer'}")
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        logger.info(
+            "held a pod in evict mode: the leader could not be asked at %s: %s",
+            url,
+            err or type(err).__name__,
+        )
+        reason = f"the leader could not be asked: {err or type(err).__name__}"
+        return EvictAnswer(outcome="hold", reason=reason, now=now), False
+    ticket = answer.get("ticket")
+    held_since = answer.get("heldSince")
+    carried = held_since if isinstance(held_since, int | float) and not isinstance(held_since, bool) else None
+    decided = EvictAnswer(
+        outcome="admit" if answer.get("admit") is True else "hold",
+        reason=str(answer.get("reason") or ""),
+        now=now,
+        ticket=ticket if isinstance(ticket, str) and ticket else None,
+        held_since=None if carried is None else float(carried),
+    )
+    return decided, True
+
+
+async def admit(request: web.Request) -> web.Response:
+    """`POST /v1/groups/admit`: a replica that does not lead asks for an evict-mode admission decision."""
+    refused = _refusal(request)
+    # A leader still rebuilding its counts answers once it has them, within half the asker's own bound
+    # (`--admit-timeout`, the same setting on every replica), so that the answer still reaches it.
+    if (
+        refused is not None
+        and refused.status == 503
+        and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].admit_timeout / 2)
+    ):
+        refused = None
+    if refused is not None:
+        return refused
+    try:
+        body = grants.parse_admit(await request.read())
+    except ValueError as err:
+        return grants.bad_request(str(err))
+    groups = request.app[GROUPS]
+    decision = groups.pacing.admit(
+        pacer_groups=[(policy, key) for policy, key in body["pacerGroups"]],
+        bypassed_groups=[(policy, key) for policy, key in body["bypassedGroups"]],
+        owner=body["owner"],
+        dry_run=body["dryRun"],
+    )
+    request.app[METRICS].evict_admissions.labels(
+        outcome="admit" if decision.admit else "hold", basis=decision.basis
+    ).inc()
+    answer: contract.AdmitAnswer = {"admit": decision.admit, "reason": decision.reason}
+    if decision.ticket is not None:
+        answer["ticket"] = decision.ticket
+    if decision.held_since is not None:
+        answer["heldSince"] = decision.held_since
+    return web.json_response(answer)
