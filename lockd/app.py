@@ -433,7 +433,10 @@ async def _watch_policy(app: web.Application) -> None:
     settings = app[SETTINGS]
     while True:
         await asyncio.sleep(settings.reload_interval)
-        reload_policy(app)
+        try:
+            reload_policy(app)
+        except Exception:  # a bug here must not stop the reloads for good (the last good policy stays)
+            logger.exception("checking the policy file %s failed", settings.policies)
 
 
 def _background(

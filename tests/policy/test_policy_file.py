@@ -644,6 +644,26 @@ def test_yaml_aliases_are_refused_with_a_short_error(tmp_path: Path, text: str) 
     assert len(str(caught.value)) < 300
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "!!timestamp a: 1", "cannot read 'a' as tag:yaml.org,2002:timestamp", id="timestamp-key"
+        ),
+        pytest.param("!!set [1]", "cannot read a sequence as tag:yaml.org,2002:set", id="set-of-sequence"),
+        pytest.param("!!map a", "cannot read 'a' as tag:yaml.org,2002:map", id="map-of-scalar"),
+        pytest.param("a: !!set [1]", "cannot read a sequence as tag:yaml.org,2002:set", id="nested"),
+    ],
+)
+def test_a_tag_that_does_not_fit_its_value_is_a_policy_error(text: str, expected: str) -> None:
+    """PyYAML raised AttributeError or TypeError for these (found by tests/fuzz/test_policy_files.py): a
+    reload then died with a traceback instead of keeping the last good policy."""
+    with pytest.raises(PolicyError) as caught:
+        parse_policy_text(text, source="policy.yaml")
+    (error,) = caught.value.errors
+    assert error.startswith("policy.yaml:1:") and error.endswith(f"invalid YAML: {expected}"), error
+
+
 def test_policy_files_over_256_kib_are_refused_before_parsing(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("# padding\n" * 30_000, encoding="utf-8")

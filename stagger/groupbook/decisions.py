@@ -1,0 +1,205 @@
+"""The book's decisions, functions of the book, the policies and `now`: whether one pod may start now
+(`decide`), evict mode's admission (`admit`), and which held pods may go (`grantable`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from stagger import pacers
+from stagger.durations import format_duration
+from stagger.groupbook.book import GroupBook
+from stagger.groupbook.records import (
+    DENIED_RETRY_SECONDS,
+    MIN_RETRY_SECONDS,
+    UNKNOWN_RETRY_SECONDS,
+    AdmitDecision,
+    Decision,
+    PodKey,
+    PodRecord,
+    pair_label,
+)
+from stagger.matching import Pair
+from stagger.policy import StaggeringPolicy
+
+__all__ = ["admit", "decide", "grantable"]
+
+
+def _max_blocked(record: PodRecord, policies: Mapping[str, StaggeringPolicy]) -> tuple[float, str] | None:
+    """The smallest maxBlockedDuration of the policies the pod waits for, and that policy's name."""
+    known = [policies[policy] for policy, _ in record.pacer_groups if policy in policies]
+    if not known:
+        return None
+    smallest = min(known, key=lambda policy: policy.max_blocked_duration)
+    return smallest.max_blocked_duration, smallest.name
+
+
+def _seconds(value: float) -> str:
+    return format_duration(round(max(value, 0.0), 1))
+
+
+def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: PodKey, now: float) -> Decision:
+    """May the pod `key` start now? Does not reserve: on a grant the caller calls `book.reserve(key)`.
+
+    `policies` maps policy names to the current staggering policies; a pair whose policy is no longer in
+    the file does not limit (its pods are not held back by a policy nobody can see any more)."""
+    book.expire(now)
+    record = book.get(key)
+    if record is None:
+        return Decision(
+            granted=False,
+            reason="the controller has not seen this pod yet",
+            retry_after=UNKNOWN_RETRY_SECONDS,
+            basis="unknown",
+        )
+    if not record.waiting:
+        return Decision(granted=True, reason=_not_held(record), retry_after=0.0, basis="notHeld")
+    if book.reserved(key):
+        return Decision(granted=True, reason="already granted", retry_after=0.0, basis="reserved")
+    if record.bypassed:
+        return Decision(granted=True, reason="bypassed in every policy", retry_after=0.0, basis="bypassed")
+    held_for = now - record.created
+    blocked = _max_blocked(record, policies)
+    if blocked is not None and held_for >= blocked[0]:
+        return Decision(
+            granted=True,
+            reason=(
+                f"held {_seconds(held_for)} >= maxBlockedDuration {_seconds(blocked[0])} ({blocked[1]}): "
+                "released regardless"
+            ),
+            retry_after=0.0,
+            basis="maxBlocked",
+        )
+    parts: list[str] = []
+    for pair in record.pacer_groups:
+        policy = policies.get(pair[0])
+        if policy is None:
+            parts.append(f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit")
+            continue
+        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        room = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
+        rank = book.rank(key, pair)
+        if room is not None and rank >= room:
+            text = pacers.describe(policy.pacer, ready=counts.ready, starting=counts.starting)
+            if room > 0:
+                text += f"; {rank} {'pod' if rank == 1 else 'pods'} held longer go first"
+            until_release = record.created + blocked[0] - now if blocked is not None else DENIED_RETRY_SECONDS
+            return Decision(
+                granted=False,
+                reason=f"{pair_label(pair)}: {text}",
+                retry_after=max(MIN_RETRY_SECONDS, min(DENIED_RETRY_SECONDS, until_release)),
+                basis="denied",
+            )
+        # Described as it will be with this pod started.
+        starting = counts.starting + 1
+        parts.append(
+            f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
+        )
+    return Decision(granted=True, reason="; ".join(parts), retry_after=0.0, basis="paced")
+
+
+def admit(
+    book: GroupBook,
+    *,
+    policies: Mapping[str, StaggeringPolicy],
+    pacer_groups: Sequence[Pair],
+    bypassed_groups: Sequence[Pair] = (),
+    owner: str,
+    now: float,
+    dry_run: bool = False,
+) -> AdmitDecision:
+    """Evict mode, at admission: may a new pod in `pacer_groups` (counting in `bypassed_groups` too) start
+    now, or is it held? On a yes the place is claimed (unless `dry_run`) and its id is the pod's ticket.
+
+    A pod whose owner has a reservation (one of its pods was evicted to let it start) goes against it,
+    whatever the pacers say now: a replacement is never held again. Any other pod goes only when every
+    pacer has room and no pod of its pairs is held (held pods go first: admission does not jump the
+    queue the eviction reconciler works through)."""
+    book.expire(now)
+    if owner and book.owner_claims(owner):
+        reason = "its owner's reservation: a held pod of the same owner was evicted to let it start"
+        if dry_run:
+            return AdmitDecision(admit=True, reason=reason, basis="reserved")
+        claim = book.take_owner_claim(owner, now=now)
+        assert claim is not None  # owner_claims said there is one
+        return AdmitDecision(
+            admit=True, reason=reason, basis="reserved", ticket=claim.id, held_since=claim.first_held
+        )
+    parts: list[str] = []
+    for pair in pacer_groups:
+        policy = policies.get(pair[0])
+        if policy is None:
+            parts.append(f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit")
+            continue
+        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        if counts.held:
+            held = f"{counts.held} {'pod' if counts.held == 1 else 'pods'}"
+            return AdmitDecision(
+                admit=False, reason=f"{pair_label(pair)}: {held} held longer go first", basis="denied"
+            )
+        room = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
+        if room is not None and room < 1:
+            text = pacers.describe(policy.pacer, ready=counts.ready, starting=counts.starting)
+            return AdmitDecision(admit=False, reason=f"{pair_label(pair)}: {text}", basis="denied")
+        starting = counts.starting + 1
+        parts.append(
+            f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
+        )
+    reason = "; ".join(parts)
+    if dry_run:
+        return AdmitDecision(admit=True, reason=reason, basis="paced")
+    claim = book.claim(
+        pairs=tuple(pacer_groups) + tuple(bypassed_groups), owner="", first_held=None, now=now, taken=True
+    )
+    return AdmitDecision(admit=True, reason=reason, basis="paced", ticket=claim.id)
+
+
+def _not_held(record: PodRecord) -> str:
+    if record.finished:
+        return "the pod has finished"
+    if record.ready:
+        return "the pod is Ready"
+    if record.granted_at is not None:
+        return "already granted"
+    return "not held (bypassed)"
+
+
+def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now: float) -> list[PodKey]:
+    """Every waiting pod that `decide` would grant now, oldest first (the gate-mode reconciler removes
+    the gates of the gated ones). Does not reserve: reserve each pod you act on.
+
+    Granting all of them together never over-grants: a pair admits only its oldest `room` unreserved
+    waiting pods, so at most `room` paced grants land in any pair (pods released by maxBlockedDuration
+    or bypass come on top, as they do one by one). Costs O(room + released) per pair with waiting pods,
+    O(waiting) for pairs without a limit."""
+    book.expire(now)
+    reservations = book._reservations
+    chosen = {key for key in book._unqueued if key not in reservations}
+    admitted: dict[PodKey, int] = {}
+    for pair, state in book._pairs.items():
+        if not state.waiting:
+            continue
+        policy = policies.get(pair[0])
+        limit: int | None = None
+        if policy is not None:
+            counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+            limit = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
+            # A pod's own maxBlockedDuration is the smallest of its policies', so whatever has been held
+            # this policy's long is released, and every released pod is found in the queue of the
+            # policy whose deadline it passed.
+            deadline = now - policy.max_blocked_duration
+            for created, key in state.waiting:
+                if created > deadline:
+                    break
+                if key not in reservations:
+                    chosen.add(key)
+        taken = 0
+        for _, key in state.waiting:
+            if limit is not None and taken >= limit:
+                break
+            if key in reservations:
+                continue
+            admitted[key] = admitted.get(key, 0) + 1
+            taken += 1
+    # Admitted by every pair it waits for.
+    chosen.update(key for key, count in admitted.items() if count == len(book._records[key].pacer_groups))
+    return sorted(chosen, key=lambda key: (book._records[key].created, key))

@@ -1,0 +1,58 @@
+"""The policy file: staggering policies (cluster-wide groups) and node policies (per-node throttles).
+
+The file is validated by a small schema walker: each YAML key maps to a check that either returns
+the parsed value or appends an error naming its path. Every error of a file is collected before
+anything is built, so one load shows the operator everything that is wrong. A key set to null is
+treated as absent (YAML `holdTimeout:` with no value means "use the default").
+
+The parts: the model with its defaults (`model`), the validator (`schema`), and reading a file
+(`files`). This package's names are their public API.
+"""
+
+from __future__ import annotations
+
+from stagger.policy.files import load_policy_file, parse_policy_text, read_policy_text
+from stagger.policy.model import (
+    DEFAULT_NODE_POLICY,
+    ExponentialPacer,
+    Hold,
+    LinearPacer,
+    MaxConcurrent,
+    MaxConcurrentPacer,
+    Mode,
+    NodePolicy,
+    Pacer,
+    PolicyError,
+    PolicyFile,
+    RateLimit,
+    StaggeringPolicy,
+    ThrottleConfig,
+    compile_grouping,
+    describe_node_policy,
+    select_node_policy,
+)
+from stagger.policy.schema import parse_policy_file
+
+__all__ = [
+    "DEFAULT_NODE_POLICY",
+    "ExponentialPacer",
+    "Hold",
+    "LinearPacer",
+    "MaxConcurrent",
+    "MaxConcurrentPacer",
+    "Mode",
+    "NodePolicy",
+    "Pacer",
+    "PolicyError",
+    "PolicyFile",
+    "RateLimit",
+    "StaggeringPolicy",
+    "ThrottleConfig",
+    "compile_grouping",
+    "describe_node_policy",
+    "load_policy_file",
+    "parse_policy_file",
+    "parse_policy_text",
+    "read_policy_text",
+    "select_node_policy",
+]
