@@ -26,7 +26,10 @@ MAX_POLICY_BYTES = 256 * 1024
 
 
 def _tag_misfit(node: yaml.Node) -> str:
-    shown = got_text(node.value) if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+    if isinstance(node, yaml.ScalarNode):
+        shown = got_text(node.value)
+    else:
+        shown = "a sequence" if isinstance(node, yaml.SequenceNode) else "a mapping"
     return f"cannot read {shown} as {node.tag}"
 
 
