@@ -22,7 +22,8 @@ from aiohttp import web
 from lockd import ledger, load, params, status
 from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
-from lockd.service import LeftQueue, LockService, Refused, choose_node_policy
+from lockd.nodepolicy import choose_node_policy
+from lockd.service import LeftQueue, LockService, Refused
 from lockd.settings import Settings
 from stagger import kube, policy, serving, throttles
 from stagger.contracts.errors import ErrorBody

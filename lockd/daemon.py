@@ -16,7 +16,8 @@ from aiohttp import web
 from lockd import app as lockd_app
 from lockd import heap, ledger, load, statefile
 from lockd.metrics import Metrics
-from lockd.service import LockService, choose_node_policy
+from lockd.nodepolicy import choose_node_policy
+from lockd.service import LockService
 from lockd.settings import Settings
 from stagger.policywatch import PolicyWatcher
 

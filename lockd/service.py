@@ -18,12 +18,13 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from lockd import ledger
 from lockd.metrics import Metrics
+from lockd.nodepolicy import ActivePolicy
 from lockd.pods import HeldSlot, Stage
 from stagger import policy, throttles
 from stagger.waiting import wait_event
@@ -42,37 +43,6 @@ class Counters:
     denied: int = 0
     released: int = 0
     expired: int = 0
-
-
-@dataclass(frozen=True)
-class ActivePolicy:
-    node_policy: policy.NodePolicy
-    source: str  # the file path, or "built-in"
-    why: str
-
-
-def choose_node_policy(
-    *, policy_file: policy.PolicyFile | None, source: str, node_labels: Mapping[str, str]
-) -> ActivePolicy:
-    """Pure: which node policy applies to a node with these labels, and a sentence saying why."""
-    if policy_file is None:
-        return ActivePolicy(policy.DEFAULT_NODE_POLICY, "built-in", "no policy file given: built-in default")
-    if not policy_file.node_policies:
-        return ActivePolicy(
-            policy.DEFAULT_NODE_POLICY, "built-in", f"{source} has no nodePolicies: built-in default"
-        )
-    chosen = policy.select_node_policy(policy_file.node_policies, node_labels)
-    if chosen is None:
-        return ActivePolicy(
-            policy.DEFAULT_NODE_POLICY,
-            "built-in",
-            f"no nodePolicies entry of {source} matches the node labels: built-in default",
-        )
-    return ActivePolicy(
-        chosen,
-        source,
-        f"highest-priority nodePolicies entry of {source} whose nodeSelector matches (priority {chosen.priority})",
-    )
 
 
 def daemonset_verdict(waiting: list[str]) -> throttles.Verdict:

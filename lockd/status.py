@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
 from lockd import ledger
-from lockd.service import ActivePolicy, Counters
+from lockd.nodepolicy import ActivePolicy
+from lockd.service import Counters
 from stagger import policy, throttles
 from stagger.timestamps import format_rfc3339
 

@@ -24,7 +24,11 @@ class Metrics:
     """Called before each scrape: gauges that are read off the state (the group counts) are current."""
 
     def __post_init__(self) -> None:
-        r = self.registry
+        self._serving(self.registry)
+        self._groups(self.registry)
+
+    def _serving(self, r: CollectorRegistry) -> None:
+        """Admission, the TLS listener's requests and the files it reloads."""
         self.admissions = Counter(
             "stagger_controller_admissions",
             "AdmissionReviews answered, by result: allowed, mutated, error, bad_request.",
@@ -64,6 +68,9 @@ class Metrics:
         self.staggering_policies = Gauge(
             "stagger_controller_staggering_policies", "Staggering policies in force.", registry=r
         )
+
+    def _groups(self, r: CollectorRegistry) -> None:
+        """The group part: grants, gates and evictions, evict mode's admissions, the book's counts."""
         self.grants = Counter(
             "stagger_controller_grants",
             "Answers of the group grant API (POST /v1/groups/grant and the gate reconciler), by basis: "

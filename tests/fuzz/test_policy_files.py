@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from lockd import app as lockd_app
 from lockd import daemon
 from lockd.metrics import Metrics
-from lockd.service import LockService, choose_node_policy
+from lockd.nodepolicy import choose_node_policy
+from lockd.service import LockService
 from lockd.settings import Settings
 from stagger import policy, throttles
 from stagger.policy import PolicyError, PolicyFile

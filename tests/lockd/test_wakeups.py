@@ -10,7 +10,8 @@ import itertools
 
 from lockd import ledger
 from lockd.metrics import Metrics
-from lockd.service import ActivePolicy, LockService
+from lockd.nodepolicy import ActivePolicy
+from lockd.service import LockService
 from stagger import policy, throttles
 
 

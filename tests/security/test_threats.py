@@ -24,8 +24,9 @@ import pytest
 from aiohttp import web
 
 from lockd.metrics import Metrics
+from lockd.nodepolicy import ActivePolicy
 from lockd.pods import slots_to_rebuild
-from lockd.service import ActivePolicy, LockService
+from lockd.service import LockService
 from stagger import throttles
 from stagger.groupbook import record_from_pod
 from stagger.names import Names
