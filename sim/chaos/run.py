@@ -3,7 +3,7 @@ and the controller (two replicas, leader election) reaching the API server throu
 (`sim.chaos.proxy`), lockd and the controller leader killed and restarted, and then the checks:
 
 - safety: per group, never more pods started than its pacer allows for the Ready count (the group watch of
-  `sim.cluster.groupwatch`, which counts pods whose grant is recorded); per node, never more containers
+  `sim.cluster.measure.groupwatch`, which counts pods whose grant is recorded); per node, never more containers
   starting at once than the node policy's maxConcurrent, unless an init client failed open on that node
   (each fail-open is counted on its own, with its cause: the documented fail-open rules);
 - liveness: every pod Ready (or its Job complete) before the deadline; the slowest pod's wait from
@@ -34,12 +34,12 @@ from sim.chaos.faults import FaultPlan, FaultSettings
 from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
 from sim.chaos.proxy import fault_proxy
 from sim.cluster.backend import ApiBackend
-from sim.cluster.groupwatch import GroupWatch, PodTrace
-from sim.cluster.nodeagent import node_name
-from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.kubernetes.nodeagent import node_name
+from sim.cluster.kubernetes.workloads.statefulset import STATEFULSETS
+from sim.cluster.measure.groupwatch import GroupWatch, PodTrace
+from sim.cluster.measure.progress import ProgressWatch, Target
 from sim.cluster.scenario import pod_template, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.cluster.workloads.statefulset import STATEFULSETS
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, WatchEventType
 from stagger.names import Names

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sim.cli.apis import open_api
-from sim.cluster.grouprun import GroupRun, run_group
+from sim.cluster.measure.grouprun import GroupRun, run_group
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
 from stagger.policy import PolicyError, parse_policy_text
 

@@ -19,7 +19,7 @@ from sim.cli.apis import (
     check_control_plane,
     open_api,
 )
-from sim.cluster.herd import PNG_NAME, RunResult, as_json, format_table, measure, plot
+from sim.cluster.measure.herd import PNG_NAME, RunResult, as_json, format_table, measure, plot
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario, with_stagger
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 

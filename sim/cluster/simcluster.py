@@ -22,13 +22,14 @@ import aiohttp
 
 from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
-from sim.cluster.controllerproc import ControllerProcess, ControllerSpec
-from sim.cluster.controllers import ControllerManager, ControllerSettings
-from sim.cluster.forkserver import ForkServer
-from sim.cluster.initproc import LaunchGate, process_env
-from sim.cluster.kubelet import Kubelet, KubeletSettings
-from sim.cluster.lockdproc import LockdProcess, LockdSpec, common_free_port
-from sim.cluster.nodeagent import NodeAgent, NodeAgentSettings, node_name
+from sim.cluster.kubernetes.controllers import ControllerManager, ControllerSettings
+from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings
+from sim.cluster.kubernetes.nodeagent import NodeAgent, NodeAgentSettings, node_name
+from sim.cluster.kubernetes.scheduler import Scheduler, SchedulerSettings
+from sim.cluster.launchers.controllerproc import ControllerProcess, ControllerSpec
+from sim.cluster.launchers.forkserver import ForkServer
+from sim.cluster.launchers.initproc import LaunchGate, process_env
+from sim.cluster.launchers.lockdproc import LockdProcess, LockdSpec, common_free_port
 from sim.cluster.scenario import (
     STAGGER_IMAGE,
     NodePool,
@@ -36,7 +37,6 @@ from sim.cluster.scenario import (
     StaggerConfig,
     workload_manifest,
 )
-from sim.cluster.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.startup import ModelSettings
 from sim.kubeconfig import write_kubeconfig
 from stagger.informer import InformerSettings
@@ -73,7 +73,7 @@ class ClusterSettings:
     request_timeout_seconds: float = 30.0
     kubelet_max_tick_seconds: float = 0.5
     launch_concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
-    """Init client processes starting up at once on this machine (see ``sim.cluster.initproc.LaunchGate``)."""
+    """Init client processes starting up at once on this machine (see ``sim.cluster.launchers.initproc.LaunchGate``)."""
     launch_hold_seconds: float = 0.25
     http_connection_limit: int | None = None
     """Connections the simulator's HTTP session may open at once (every kubelet's pod watch holds one for
@@ -82,7 +82,7 @@ class ClusterSettings:
     initclient_launch: Literal["exec", "fork"] = "exec"
     """How the kubelets start init client processes: ``exec`` (``python -m initclient``, each paying the
     interpreter's start-up and imports: about 0.25 CPU-seconds and 25-30 MB) or ``fork`` (from a fork
-    server that imported the init client once, ``sim.cluster.forkserver``: milliseconds and about a MB;
+    server that imported the init client once, ``sim.cluster.launchers.forkserver``: milliseconds and about a MB;
     no launch gate then). The same init client code runs either way, each in a process of its own."""
     work_dir: Path | None = None
     """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""

@@ -14,7 +14,7 @@ the real controller for staggering groups; the real control plane or sim's API e
 Per run: simulated seconds until every pod is Ready, container restarts, the most containers starting at
 once on a node, API requests per pod (the API server's count during the run: on the real control plane
 `apiserver_request_total`, every client's, heartbeats and the control plane's own controllers included);
-next to each, the ideal makespan for the same limit (`sim.cluster.makespan`: every slot reused the
+next to each, the ideal makespan for the same limit (`sim.cluster.measure.makespan`: every slot reused the
 instant its pod is Ready, no overhead; with the group's pacer for the group configurations) and the
 ratio to it. `none` is compared with the node limit's ideal.
 
@@ -48,10 +48,10 @@ from typing import Any, Literal, cast
 
 from sim.cli.apis import ApiUnavailable, ControlPlaneKind, check_control_plane, open_api
 from sim.cli.groups import with_mode
-from sim.cluster.grouprun import run_group
-from sim.cluster.groupwatch import GroupWatch
-from sim.cluster.herd import measure
-from sim.cluster.makespan import ideal_makespan
+from sim.cluster.measure.grouprun import run_group
+from sim.cluster.measure.groupwatch import GroupWatch
+from sim.cluster.measure.herd import measure
+from sim.cluster.measure.makespan import ideal_makespan
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, with_stagger
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.cluster.startup import ModelSettings
@@ -190,7 +190,7 @@ _PARTS = (
     ("etcd", "etcd"),
     ("kube-controller-manager", "kube-controller-manager"),
     ("kube-scheduler", "kube-scheduler"),
-    ("sim.cluster.forkserver", "init clients (fork server and children)"),
+    ("sim.cluster.launchers.forkserver", "init clients (fork server and children)"),
     ("initclient", "init clients (exec)"),
     ("-m lockd", "lockd (all nodes)"),
     ("-m webhook", "controller"),
@@ -366,7 +366,7 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
         "",
         f"{PODS_PER_NODE} pods per node of {CORES} cores, node limit {K}, {CPU_SECONDS:g} CPU-seconds to start, "
         f"liveness {LIVENESS_SECONDS:g} s; all times simulated seconds. Ideal: every slot reused the instant its "
-        "pod is Ready (`sim.cluster.makespan`; the group rows with the 4/4/16 pacer); `none` against the node "
+        "pod is Ready (`sim.cluster.measure.makespan`; the group rows with the 4/4/16 pacer); `none` against the node "
         "limit's ideal.",
         "",
         f"Each cell: the median of its runs (up to {most}; each run's all-Ready time in brackets), the worst "

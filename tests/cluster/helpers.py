@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cluster.controllers import ControllerSettings
+from sim.cluster.kubernetes.controllers import ControllerSettings
+from sim.cluster.kubernetes.scheduler import SchedulerSettings
 from sim.cluster.scenario import NodePool
-from sim.cluster.scheduler import SchedulerSettings
 from sim.cluster.simcluster import ClusterSettings
 from stagger.informer import InformerSettings
 from stagger.kube import Resource, RestClient

@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 
 from sim.cluster.clock import SimClock
-from sim.cluster.herd import RunResult, as_json, format_table, plot
-from sim.cluster.initproc import LaunchGate
-from sim.cluster.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
-from sim.cluster.nodeagent import node_manifests
-from sim.cluster.placement import node_info
+from sim.cluster.kubernetes.nodeagent import node_manifests
+from sim.cluster.kubernetes.placement import node_info
+from sim.cluster.launchers.initproc import LaunchGate
+from sim.cluster.launchers.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
+from sim.cluster.measure.herd import RunResult, as_json, format_table, plot
 from sim.cluster.scenario import NodePool
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.cluster.containerenv import (
+from sim.cluster.launchers.containerenv import (
     EnvError,
     command_line,
     configmap_refs,

@@ -1,4 +1,4 @@
-"""The real controller's stand-in set-up (`sim.cluster.controllerproc`), without starting it: the
+"""The real controller's stand-in set-up (`sim.cluster.launchers.controllerproc`), without starting it: the
 MutatingWebhookConfiguration (pods, and Jobs for evict mode) and each replica's command line
 (`--leader-url` to the leader's proxy with several replicas, verified with the run's CA)."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sim.cluster import controllerproc
-from sim.cluster.controllerproc import ControllerProcess, ControllerSpec
+from sim.cluster.launchers import controllerproc
+from sim.cluster.launchers.controllerproc import ControllerProcess, ControllerSpec
 from stagger.kube import ApiError
 from stagger.names import Names
 

@@ -1,4 +1,4 @@
-"""The init client fork server (sim.cluster.forkserver): the real init client in a forked process of its
+"""The init client fork server (sim.cluster.launchers.forkserver): the real init client in a forked process of its
 own, its output, exit code and signals as with exec."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from sim.cluster.forkserver import ForkServer
-from sim.cluster.initproc import process_env, stop_process
+from sim.cluster.launchers.forkserver import ForkServer
+from sim.cluster.launchers.initproc import process_env, stop_process
 
 
 async def test_forked_init_clients_exit_and_stop_as_exec_ones(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The ideal makespan (sim.cluster.makespan): the start-up model's queue with every slot reused at once."""
+"""The ideal makespan (sim.cluster.measure.makespan): the start-up model's queue with every slot reused at once."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sim.cluster.makespan import ideal_makespan
+from sim.cluster.measure.makespan import ideal_makespan
 from sim.cluster.startup import ContainerSpec, ModelSettings, NodeModel, advance, start_container
 from stagger.policy import ExponentialPacer
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cluster.placement import (
+from sim.cluster.kubernetes.placement import (
     Bind,
     MarkUnschedulable,
     needs_condition_update,

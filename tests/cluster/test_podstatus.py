@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sim.cluster.podstatus import (
+from sim.cluster.kubernetes.podstatus import (
     ContainerView,
     final_phase,
     killed,

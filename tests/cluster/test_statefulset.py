@@ -1,4 +1,4 @@
-"""Pure StatefulSet controller decisions (`sim.cluster.workloads.statefulset`, after
+"""Pure StatefulSet controller decisions (`sim.cluster.kubernetes.workloads.statefulset`, after
 pkg/controller/statefulset): ordered creation behind Running and Ready predecessors, stable names
 recreated, Failed pods deleted first, scale-down from the highest ordinal, Parallel, and the status."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sim.cluster.workloads.actions import Action, Create, Delete, Patch
-from sim.cluster.workloads.statefulset import (
+from sim.cluster.kubernetes.workloads.actions import Action, Create, Delete, Patch
+from sim.cluster.kubernetes.workloads.statefulset import (
     POD_INDEX_LABEL,
     POD_NAME_LABEL,
     REVISION_LABEL,

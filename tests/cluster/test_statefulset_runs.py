@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from sim.cluster.kubernetes.workloads.statefulset import STATEFULSETS
 from sim.cluster.objects import name_of, uid_of
 from sim.cluster.simcluster import SimCluster
-from sim.cluster.workloads.statefulset import STATEFULSETS
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.podstate import is_pod_ready
 from tests.backends import Backend

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cluster.workloads.actions import Action, Create, Delete, Patch
-from sim.cluster.workloads.daemonset import daemon_pod_target, reconcile_daemonset
-from sim.cluster.workloads.deployment import (
+from sim.cluster.kubernetes.workloads.actions import Action, Create, Delete, Patch
+from sim.cluster.kubernetes.workloads.daemonset import daemon_pod_target, reconcile_daemonset
+from sim.cluster.kubernetes.workloads.deployment import (
     TEMPLATE_HASH_LABEL,
     reconcile_deployment,
     rolling_limits,
     template_hash,
 )
-from sim.cluster.workloads.garbage import orphans
-from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
-from sim.cluster.workloads.replicaset import reconcile_replicaset
+from sim.cluster.kubernetes.workloads.garbage import orphans
+from sim.cluster.kubernetes.workloads.job import JobMemory, observe_job_pod, reconcile_job
+from sim.cluster.kubernetes.workloads.replicaset import reconcile_replicaset
 from stagger.kube import DAEMONSETS, JOBS, PODS, REPLICASETS
 from tests.cluster.helpers import IGNORE_DISRUPTION
 

@@ -15,8 +15,8 @@ import aiohttp
 import yaml
 
 from sim.cluster.backend import ApiBackend
-from sim.cluster.grouprun import GroupRun
-from sim.cluster.groupwatch import PodTrace
+from sim.cluster.measure.grouprun import GroupRun
+from sim.cluster.measure.groupwatch import PodTrace
 from sim.cluster.scenario import Scenario
 from stagger.kube import Resource, RestClient
 from stagger.names import Names

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sim.cluster.grouprun import During
-from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.measure.grouprun import During
+from sim.cluster.measure.groupwatch import GroupWatch
 from sim.cluster.scenario import Scenario, load_scenario
 from sim.cluster.simcluster import SimCluster
 from stagger.kube import NAMESPACES

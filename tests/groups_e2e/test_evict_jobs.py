@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-from sim.cluster.grouprun import run_group
-from sim.cluster.groupwatch import GroupWatch
+from sim.cluster.measure.grouprun import run_group
+from sim.cluster.measure.groupwatch import GroupWatch
 from sim.cluster.scenario import Workload, parse_scenario, pod_template, workload_manifest
 from sim.cluster.simcluster import SimCluster
 from stagger.kube import JOBS, PODS

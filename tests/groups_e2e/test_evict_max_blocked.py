@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.cluster.grouprun import run_group
+from sim.cluster.measure.grouprun import run_group
 from sim.cluster.scenario import Scenario, parse_scenario
 from tests.backends import Backend
 from tests.groups_e2e.evict import check_every_hold_released_once, replacements, seconds

@@ -4,7 +4,7 @@ control plane (`pytest --control-plane`): two Deployments in two namespaces, 40 
 (exponential 4/4/16), once with each hold: `nodeSelector` (held pods stay Pending) and `stub` (held pods are
 scheduled and idle in their blocking init container).
 
-Judged from the pods over time (sim.cluster.groupwatch) and the controller's counters at the end: the pods
+Judged from the pods over time (sim.cluster.measure.groupwatch) and the controller's counters at the end: the pods
 started never exceed the pacer's allowance, and reach it (4, then 16 or more before 16 are Ready); every pod
 ends Ready with no restart; every held pod carried its hold and was evicted; holds = evictions = owners'
 replacements let through against their reservation (by the pods' annotations and by
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cluster.grouprun import run_group
+from sim.cluster.measure.grouprun import run_group
 from tests.backends import Backend
 from tests.groups_e2e.evict import check_every_hold_released_once, has_its_hold, with_policy
 from tests.groups_e2e.seed import seed_scenario

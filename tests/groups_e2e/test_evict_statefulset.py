@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.cluster.grouprun import run_group
+from sim.cluster.measure.grouprun import run_group
 from sim.cluster.scenario import Scenario, parse_scenario
 from stagger.objects import Obj
 from tests.backends import Backend

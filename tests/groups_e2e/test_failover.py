@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cluster.grouprun import run_group
+from sim.cluster.measure.grouprun import run_group
 from tests.backends import Backend
 from tests.groups_e2e.seed import kill_the_leader, seed_scenario
 

@@ -3,7 +3,7 @@ clients, the real controller as the mutating webhook), on the API emulator or th
 (`pytest --control-plane`): two Deployments in two namespaces, the same image, 40 pods in one image-pull
 group (exponential 4/4/16), in `lock` and in `gate` mode.
 
-Judged from the pods' states over time (sim.cluster.groupwatch): the pods started never exceed the pacer's
+Judged from the pods' states over time (sim.cluster.measure.groupwatch): the pods started never exceed the pacer's
 allowance for the Ready count at that moment; they reach it (4 started while the allowance is 4, 16 or
 more before 16 are Ready); every pod ends Ready, with no container restart."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cluster.grouprun import run_group
+from sim.cluster.measure.grouprun import run_group
 from tests.backends import Backend
 from tests.groups_e2e.seed import seed_scenario
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from sim.cluster.containerenv import command_line, resolve_env
+from sim.cluster.launchers.containerenv import command_line, resolve_env
 from stagger.kube import CONFIGMAPS, Resource, RestClient
 from tests.processes import free_port
 from tests.tools import ROOT

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from sim.cluster.backend import ApiBackend, wait_namespace_ready
-from sim.cluster.lockdproc import common_free_port
+from sim.cluster.launchers.lockdproc import common_free_port
 from sim.cluster.scenario import StaggerConfig
 from sim.cluster.simcluster import SimCluster
 from sim.controlplane.launcher import APISERVER, ControlPlane

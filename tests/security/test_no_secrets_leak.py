@@ -35,9 +35,9 @@ import aiohttp
 import pytest
 
 from sim.cluster.backend import ApiBackend
-from sim.cluster.controllerproc import ControllerProcess
-from sim.cluster.initproc import process_env
-from sim.cluster.nodeagent import node_name
+from sim.cluster.kubernetes.nodeagent import node_name
+from sim.cluster.launchers.controllerproc import ControllerProcess
+from sim.cluster.launchers.initproc import process_env
 from sim.cluster.podparams import CPU_SECONDS, LIVENESS_SECONDS
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload
 from sim.cluster.simcluster import ClusterSettings, SimCluster

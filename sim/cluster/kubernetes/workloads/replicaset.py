@@ -7,8 +7,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sim.cluster.objects import is_pod_active, is_terminating, meta, namespace_of
-from sim.cluster.workloads.actions import (
+from sim.cluster.kubernetes.workloads.actions import (
     BURST_REPLICAS,
     Action,
     Create,
@@ -19,6 +18,7 @@ from sim.cluster.workloads.actions import (
     pod_from_template,
     status_patch,
 )
+from sim.cluster.objects import is_pod_active, is_terminating, meta, namespace_of
 from stagger.kube import PODS, REPLICASETS
 from stagger.podstate import is_pod_ready
 

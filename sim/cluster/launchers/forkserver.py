@@ -15,7 +15,7 @@ to the connection; once the server has reaped it, it sends ``\\0EXIT <code>\\n``
 ``os.waitstatus_to_exitcode``: negative for a signal, as asyncio's ``returncode``) and closes the
 connection.
 
-Server: ``python -m sim.cluster.forkserver SOCKET`` prints ``ready`` once it listens. Client:
+Server: ``python -m sim.cluster.launchers.forkserver SOCKET`` prints ``ready`` once it listens. Client:
 ``ForkServer`` (start, spawn, stop) and ``ForkedProcess`` (what the kubelet needs of a process).
 """
 
@@ -91,7 +91,7 @@ class ForkServer:
         self._proc = await asyncio.create_subprocess_exec(
             self._python,
             "-m",
-            "sim.cluster.forkserver",
+            "sim.cluster.launchers.forkserver",
             str(self.socket_path),
             env=self._env,
             stdin=asyncio.subprocess.DEVNULL,

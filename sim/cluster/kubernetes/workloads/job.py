@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sim.cluster.objects import is_terminating, name_of, namespace_of, set_condition, uid_of
-from sim.cluster.workloads.actions import (
+from sim.cluster.kubernetes.workloads.actions import (
     BURST_REPLICAS,
     Action,
     Create,
@@ -20,6 +19,7 @@ from sim.cluster.workloads.actions import (
     pod_from_template,
     status_patch,
 )
+from sim.cluster.objects import is_terminating, name_of, namespace_of, set_condition, uid_of
 from stagger.kube import JOBS, PODS
 from stagger.objects import Obj, condition, condition_true
 from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sim.cluster.kubernetes.workloads.actions import Action, Create, Patch, controlled_by, status_patch
 from sim.cluster.objects import (
     is_pod_active,
     is_terminating,
@@ -20,7 +21,6 @@ from sim.cluster.objects import (
     owner_reference,
     set_condition,
 )
-from sim.cluster.workloads.actions import Action, Create, Patch, controlled_by, status_patch
 from stagger.kube import DEPLOYMENTS, REPLICASETS
 from stagger.objects import Obj
 from stagger.podstate import is_pod_finished

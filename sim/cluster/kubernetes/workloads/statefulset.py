@@ -22,8 +22,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sim.cluster.objects import is_terminating, labels_of, meta, name_of, namespace_of
-from sim.cluster.workloads.actions import (
+from sim.cluster.kubernetes.workloads.actions import (
     Action,
     Create,
     controlled_by,
@@ -32,6 +31,7 @@ from sim.cluster.workloads.actions import (
     pod_from_template,
     status_patch,
 )
+from sim.cluster.objects import is_terminating, labels_of, meta, name_of, namespace_of
 from stagger.kube import PODS, Resource
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready, pod_phase

@@ -1,7 +1,7 @@
 """The node half of a simulated kubelet: it registers its Node, renews the node's Lease in
 ``kube-node-lease`` and posts the node's status (Ready, with a fresh heartbeat), as a real kubelet does,
 so that a real node lifecycle controller keeps the node Ready and untainted; on the way out it removes
-the Lease and the Node. The pod half is ``sim.cluster.kubelet``.
+the Lease and the Node. The pod half is ``sim.cluster.kubernetes.kubelet``.
 
 Heartbeats are wall time (the node lifecycle controller compares them with its own clock), not the
 simulated time of the start-up model.

@@ -16,8 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from sim.cluster.containerenv import EnvError, command_line, configmap_refs, initclient_args, resolve_env
-from sim.cluster.forkserver import ForkServer
+from sim.cluster.launchers.containerenv import (
+    EnvError,
+    command_line,
+    configmap_refs,
+    initclient_args,
+    resolve_env,
+)
+from sim.cluster.launchers.forkserver import ForkServer
 from sim.cluster.objects import name_of, namespace_of
 from stagger.informer import cache_key
 from stagger.kube import CONFIGMAPS, ApiError, RestClient
@@ -30,7 +36,7 @@ OUTPUT_LINES = 20
 
 class Process(Protocol):
     """What the kubelet needs of an init client process: an exec'd one (``asyncio.subprocess.Process``) or
-    a forked one (``sim.cluster.forkserver.ForkedProcess``)."""
+    a forked one (``sim.cluster.launchers.forkserver.ForkedProcess``)."""
 
     @property
     def pid(self) -> int: ...
@@ -101,7 +107,7 @@ class InitClientRunner:
     """Wall time between SIGTERM and SIGKILL when a process is stopped."""
     launch_gate: LaunchGate | None = None
     fork_server: ForkServer | None = None
-    """Launch through this fork server (``sim.cluster.forkserver``) instead of exec'ing ``python -m
+    """Launch through this fork server (``sim.cluster.launchers.forkserver``) instead of exec'ing ``python -m
     initclient``: the same init client code in its own process, without the interpreter's start-up."""
 
     async def run(

@@ -2,7 +2,7 @@
 collector.
 
 One list+watch per kind; every controller re-reconciles all its objects when anything changes
-(level-triggered, events coalesced) with the pure decisions of ``sim.cluster.workloads.actions``, then writes.
+(level-triggered, events coalesced) with the pure decisions of ``sim.cluster.kubernetes.workloads.actions``, then writes.
 The answers to its own writes go into the caches at once, so a pass never acts on a view older
 than what it just did.
 """
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sim.cluster.clock import SimClock
+from sim.cluster.kubernetes.workloads.actions import Action, Create, Delete, Patch
+from sim.cluster.kubernetes.workloads.daemonset import reconcile_daemonset
+from sim.cluster.kubernetes.workloads.deployment import reconcile_deployment
+from sim.cluster.kubernetes.workloads.garbage import orphans
+from sim.cluster.kubernetes.workloads.job import JobMemory, observe_job_pod, reconcile_job
+from sim.cluster.kubernetes.workloads.replicaset import reconcile_replicaset
+from sim.cluster.kubernetes.workloads.statefulset import STATEFULSETS, reconcile_statefulset
 from sim.cluster.objects import controller_ref, meta, namespace_of, owned_by, uid_of
-from sim.cluster.workloads.actions import Action, Create, Delete, Patch
-from sim.cluster.workloads.daemonset import reconcile_daemonset
-from sim.cluster.workloads.deployment import reconcile_deployment
-from sim.cluster.workloads.garbage import orphans
-from sim.cluster.workloads.job import JobMemory, observe_job_pod, reconcile_job
-from sim.cluster.workloads.replicaset import reconcile_replicaset
-from sim.cluster.workloads.statefulset import STATEFULSETS, reconcile_statefulset
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import (
     BY_KIND,

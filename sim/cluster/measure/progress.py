@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.cluster.clock import SimClock
+from sim.cluster.kubernetes.workloads.job import job_finished
 from sim.cluster.objects import is_terminating, labels_of, name_of, namespace_of, uid_of
 from sim.cluster.scenario import Scenario
-from sim.cluster.workloads.job import job_finished
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import JOBS, PODS, RestClient, WatchEventType
 from stagger.objects import Obj

@@ -1,5 +1,5 @@
 """One run of a staggering-group scenario on a simulated cluster: the workloads applied, the group judged
-from the pods' states over time (`sim.cluster.groupwatch`) until every pod is Ready or the deadline passes.
+from the pods' states over time (`sim.cluster.measure.groupwatch`) until every pod is Ready or the deadline passes.
 Used by `python -m sim groups` and by the end-to-end tests (tests/groups_e2e), which also read what the
 controller counted (`GroupRun.controller_metrics`: every running replica's /metrics at the end, summed;
 `controller_status`: each one's /status `groups` section)."""
@@ -17,12 +17,12 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.cluster.backend import ApiBackend
-from sim.cluster.controllerproc import ControllerProcess
-from sim.cluster.groupwatch import GroupPoint, GroupWatch, PodEvent, PodTrace
-from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.kubernetes.workloads.statefulset import STATEFULSETS
+from sim.cluster.launchers.controllerproc import ControllerProcess
+from sim.cluster.measure.groupwatch import GroupPoint, GroupWatch, PodEvent, PodTrace
+from sim.cluster.measure.progress import ProgressWatch, Target
 from sim.cluster.scenario import Scenario, ScenarioError, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
-from sim.cluster.workloads.statefulset import STATEFULSETS
 from stagger.objects import Obj
 from stagger.policy import parse_policy_text
 

@@ -1,4 +1,4 @@
-"""The simulated kube-scheduler: watches pods and nodes, binds pending pods (decisions in ``sim.cluster.placement``)."""
+"""The simulated kube-scheduler: watches pods and nodes, binds pending pods (decisions in ``sim.cluster.kubernetes.placement``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sim.cluster.clock import SimClock
-from sim.cluster.objects import set_condition
-from sim.cluster.placement import (
+from sim.cluster.kubernetes.placement import (
     DEFAULT_SCHEDULER,
     Bind,
     Decision,
@@ -19,6 +18,7 @@ from sim.cluster.placement import (
     needs_condition_update,
     schedule,
 )
+from sim.cluster.objects import set_condition
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient
 from stagger.timestamps import format_rfc3339

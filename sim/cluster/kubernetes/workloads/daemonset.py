@@ -7,9 +7,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sim.cluster.objects import is_terminating, meta, namespace_of, node_name_of
-from sim.cluster.placement import NodeInfo, matches_node_affinity, node_info, tolerates
-from sim.cluster.workloads.actions import (
+from sim.cluster.kubernetes.placement import NodeInfo, matches_node_affinity, node_info, tolerates
+from sim.cluster.kubernetes.workloads.actions import (
     Action,
     Create,
     controlled_by,
@@ -19,6 +18,7 @@ from sim.cluster.workloads.actions import (
     pod_from_template,
     status_patch,
 )
+from sim.cluster.objects import is_terminating, meta, namespace_of, node_name_of
 from stagger.kube import DAEMONSETS, PODS
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready, pod_phase

@@ -1,7 +1,7 @@
 """A simulated kubelet for one node: runs its pods' containers and reports their status over the API.
 
 Init containers run in order. One whose command line names the stagger init client runs the REAL
-init client as a process (``sim.cluster.initproc``); its exit code is the container's. One whose command
+init client as a process (``sim.cluster.launchers.initproc``); its exit code is the container's. One whose command
 line names ``lockd.idle`` is evict mode's stub (``hold: stub``): it runs, never Ready, using no CPU, until
 the pod is deleted, and then exits 0; as an init container it keeps the pod in Init (Pending,
 Initialized False) until then. Every other container follows the start-up model
@@ -30,11 +30,7 @@ import aiohttp
 
 from sim.cluster import podparams
 from sim.cluster.clock import SimClock
-from sim.cluster.containerenv import runs_idle_stub, runs_initclient
-from sim.cluster.forkserver import ForkServer
-from sim.cluster.initproc import InitClientRunner, InitResult, LaunchGate, Process, stop_process
-from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
-from sim.cluster.podstatus import (
+from sim.cluster.kubernetes.podstatus import (
     ContainerView,
     final_phase,
     killed,
@@ -45,6 +41,10 @@ from sim.cluster.podstatus import (
     view_from_model,
     waiting,
 )
+from sim.cluster.launchers.containerenv import runs_idle_stub, runs_initclient
+from sim.cluster.launchers.forkserver import ForkServer
+from sim.cluster.launchers.initproc import InitClientRunner, InitResult, LaunchGate, Process, stop_process
+from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.startup import (
     ModelSettings,
     NodeModel,

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sim.cluster.progress import ProgressWatch, Target
+from sim.cluster.measure.progress import ProgressWatch, Target
 from sim.cluster.scenario import Scenario, expected_pods
 from sim.cluster.simcluster import SimCluster
 
