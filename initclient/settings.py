@@ -1,20 +1,22 @@
-"""Settings of the init client: flags, each also from an environment variable; flags win.
+"""Settings of the init client: flags, each also from an environment variable; flags win. The options are
+rows of `stagger.options`, the table lockd and the controller describe theirs with.
 
-Parsing never exits the process: every problem becomes a `ConfigError`, because the caller
-must turn it into one line and a zero exit code (an init container must not wedge its pod).
+Parsing never exits the process: every problem becomes a `ConfigError` naming every bad or missing value
+at once, because the caller must turn it into one line and a zero exit code (an init container must not
+wedge its pod). Unlike lockd and the controller, an unknown `STAGGER_...` variable is no error here: a
+newer controller may inject one this image does not know, and the pod must still start.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 from stagger.durations import DurationError, format_duration, parse_duration
+from stagger.options import Option, Parse, SettingsError, build_parser, read_each
 
 __all__ = ["MAX_DURATION", "MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
 
@@ -32,7 +34,7 @@ _UNEXPANDED = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _DNS_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 
 
-class ConfigError(ValueError):
+class ConfigError(SettingsError):
     """The configuration is unusable; the message names every bad flag/variable."""
 
 
@@ -50,70 +52,68 @@ class Settings:
     release_token_file: str | None = None
 
 
-@dataclass(frozen=True)
-class _Option:
-    flag: str
-    env: str
-    dest: str
-    help: str
+def _checked(parse: Parse) -> Parse:
+    """`parse` for a value that is text as Kubernetes hands it over: valid UTF-8, every $(VAR) expanded."""
+
+    def checked(value: str, where: str) -> object:
+        if not _is_text(value):
+            raise SettingsError(f"{where}: not valid UTF-8 (got {value!r})")
+        if problem := _unexpanded(value):
+            raise SettingsError(f"{where}: {problem}")  # one line about it; other checks would repeat it
+        return parse(value, where)
+
+    return checked
 
 
-_OPTIONS: tuple[_Option, ...] = (
-    _Option("--lockd-url", "STAGGER_LOCKD_URL", "lockd_url", "lockd base URL, e.g. http://10.0.0.5:8080"),
-    _Option("--namespace", "POD_NAMESPACE", "namespace", "namespace of this pod"),
-    _Option("--name", "POD_NAME", "name", "name of this pod"),
-    _Option("--uid", "POD_UID", "uid", "UID of this pod (optional)"),
-    _Option(
-        "--max-wait",
-        "STAGGER_MAX_WAIT",
-        "max_wait",
-        "give up and proceed after this (default 10m; a smaller maxWait of the node policy wins)",
-    ),
-    _Option(
-        "--poll-wait", "STAGGER_POLL_WAIT", "poll_wait", "long-poll seconds per request, 0..60 (default 30)"
-    ),
-    _Option(
-        "--max-backoff",
-        "STAGGER_MAX_BACKOFF",
-        "max_backoff",
-        "cap of the retry delay after errors (default 10s)",
-    ),
-    _Option(
-        "--request-timeout",
-        "STAGGER_REQUEST_TIMEOUT",
-        "request_timeout",
-        "HTTP timeout on top of the poll wait (default 10s)",
-    ),
-    _Option(
-        "--release-token-file",
-        "STAGGER_RELEASE_TOKEN_FILE",
-        "release_token_file",
-        "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "
-        "the pod can give its slot back with DELETE /v1/lock (standalone lockd)",
-    ),
-)
+def _text(value: str, where: str) -> str:
+    return value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse would print usage and exit 2, which would fail the pod's start-up.
-        raise ConfigError(message)
+def _lockd_url(value: str, where: str) -> str:
+    url = value.rstrip("/")
+    if problem := _check_url(url):
+        raise SettingsError(f"{where}: {problem}")
+    return url
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m initclient",
-        description=(
-            "Wait for a start-up slot from the node's lockd, then exit 0. Also exits 0 (fail-open, "
-            "with one warning line) after max-wait, when lockd rejects the request, or on bad config."
-        ),
-        epilog="Durations accept 90s, 10m, 1h30m, 500ms or plain seconds.",
-    )
-    for option in _OPTIONS:
-        parser.add_argument(
-            option.flag, dest=option.dest, metavar="VALUE", help=f"{option.help} [env {option.env}]"
-        )
-    return parser
+def _seconds(*, low: float | None = None, high: float = MAX_DURATION, span: str = "") -> Parse:
+    """A duration (with a unit, or bare seconds), at least `low` (when given) and at most `high`."""
+
+    def parse(value: str, where: str) -> float:
+        try:
+            seconds = _duration(value, path=where)
+        except DurationError as err:
+            raise SettingsError(str(err)) from err
+        if (low is not None and seconds < low) or seconds > high:
+            shown = span or f"at most {format_duration(high)}"
+            raise SettingsError(f"{where}: must be {shown} (got {value!r})")
+        return seconds
+
+    return parse
+
+
+_OPTIONS: tuple[Option, ...] = (
+    Option("--lockd-url", ("STAGGER_LOCKD_URL",), "lockd_url", "lockd base URL, e.g. http://10.0.0.5:8080",
+           _checked(_lockd_url), "URL"),
+    Option("--namespace", ("POD_NAMESPACE",), "namespace", "namespace of this pod", _checked(_text), "NAME"),
+    Option("--name", ("POD_NAME",), "name", "name of this pod", _checked(_text), "NAME"),
+    Option("--uid", ("POD_UID",), "uid", "UID of this pod (optional)", _checked(_text), "UID"),
+    Option("--max-wait", ("STAGGER_MAX_WAIT",), "max_wait",
+           "give up and proceed after this (default 10m; a smaller maxWait of the node policy wins)",
+           _checked(_seconds()), "DURATION"),
+    Option("--poll-wait", ("STAGGER_POLL_WAIT",), "poll_wait", "long-poll seconds per request, 0..60 (default 30)",
+           _checked(_seconds(low=0.0, high=MAX_POLL_WAIT, span="between 0s and 1m")), "DURATION"),
+    Option("--max-backoff", ("STAGGER_MAX_BACKOFF",), "max_backoff",
+           "cap of the retry delay after errors (default 10s)", _checked(_seconds(low=0.001, span="positive")),
+           "DURATION"),
+    Option("--request-timeout", ("STAGGER_REQUEST_TIMEOUT",), "request_timeout",
+           "HTTP timeout on top of the poll wait (default 10s)", _checked(_seconds(low=0.001, span="positive")),
+           "DURATION"),
+    Option("--release-token-file", ("STAGGER_RELEASE_TOKEN_FILE",), "release_token_file",
+           "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "
+           "the pod can give its slot back with DELETE /v1/lock (standalone lockd)", _checked(_text), "FILE"),
+)  # fmt: skip
+_REQUIRED = ("lockd_url", "namespace", "name")
 
 
 def _duration(text: str, *, path: str) -> float:
@@ -176,70 +176,28 @@ def _check_url(url: str) -> str | None:
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Settings from flags, falling back to env vars; raises ConfigError naming every problem."""
-    flags = vars(_parser().parse_args(list(argv)))
-    raw: dict[str, tuple[str, str]] = {}  # dest -> (value, where it came from)
-    for option in _OPTIONS:
-        flag_value = flags[option.dest]
-        # An empty value (e.g. an unset downward-API field) means "not given".
-        if flag_value is not None and flag_value.strip():
-            raw[option.dest] = (flag_value.strip(), option.flag)
-        elif env.get(option.env, "").strip():
-            raw[option.dest] = (env[option.env].strip(), option.env)
-
-    errors: list[str] = []
-    for option in _OPTIONS[:3]:
-        if option.dest not in raw:
-            errors.append(f"{option.env} (or {option.flag}) is required")
-    for dest, (value, where) in list(raw.items()):
-        if not _is_text(value):
-            errors.append(f"{where}: not valid UTF-8 (got {value!r})")
-            del raw[dest]
-        elif problem := _unexpanded(value):
-            errors.append(f"{where}: {problem}")
-            del raw[dest]  # one line about it; its other checks would only repeat it
-
-    url = raw.get("lockd_url", ("", ""))[0].rstrip("/")
-    if "lockd_url" in raw and (problem := _check_url(url)):
-        errors.append(f"{raw['lockd_url'][1]}: {problem}")
-
-    durations: dict[str, float] = {}
-    for dest in ("max_wait", "poll_wait", "max_backoff", "request_timeout"):
-        if dest not in raw:
-            continue
-        value, where = raw[dest]
-        try:
-            durations[dest] = _duration(value, path=where)
-        except DurationError as exc:
-            errors.append(str(exc))
-    limits = {
-        "poll_wait": (0.0, MAX_POLL_WAIT),
-        "max_backoff": (0.001, None),
-        "request_timeout": (0.001, None),
-    }
-    for dest, (low, high) in limits.items():
-        if dest not in durations:
-            continue
-        where, seconds = raw[dest][1], durations[dest]
-        if seconds < low or (high is not None and seconds > high):
-            span = f"between {format_duration(low)} and {format_duration(high)}" if high else "positive"
-            errors.append(f"{where}: must be {span} (got {raw[dest][0]!r})")
-
-    for dest, seconds in durations.items():
-        if seconds > MAX_DURATION and limits.get(dest, (0.0, None))[1] is None:  # poll_wait has its own
-            where = raw[dest][1]
-            errors.append(f"{where}: must be at most {format_duration(MAX_DURATION)} (got {raw[dest][0]!r})")
-
-    if errors:
-        raise ConfigError("; ".join(errors))
-    defaults = Settings(lockd_url=url, namespace=raw["namespace"][0], name=raw["name"][0])
-    return Settings(
-        lockd_url=url,
-        namespace=defaults.namespace,
-        name=defaults.name,
-        uid=raw["uid"][0] if "uid" in raw else None,
-        max_wait=durations.get("max_wait", defaults.max_wait),
-        poll_wait=durations.get("poll_wait", defaults.poll_wait),
-        max_backoff=durations.get("max_backoff", defaults.max_backoff),
-        request_timeout=durations.get("request_timeout", defaults.request_timeout),
-        release_token_file=raw["release_token_file"][0] if "release_token_file" in raw else None,
+    parser = build_parser(
+        _OPTIONS,
+        prog="python -m initclient",
+        description=(
+            "Wait for a start-up slot from the node's lockd, then exit 0. Also exits 0 (fail-open, "
+            "with one warning line) after max-wait, when lockd rejects the request, or on bad config."
+        ),
+        epilog="Durations accept 90s, 10m, 1h30m, 500ms or plain seconds.",
     )
+    try:
+        values, problems = read_each(parser, _OPTIONS, argv, env)
+    except SettingsError as err:  # the command line itself (an unknown flag, a flag without its value)
+        raise ConfigError(str(err)) from err
+    missing = [
+        f"{option.envs[0]} (or {option.flag}) is required"
+        for option in _OPTIONS
+        if option.dest in _REQUIRED
+        and option.dest not in values
+        and not any(
+            problem.startswith((f"{option.flag}:", *(f"{e}:" for e in option.envs))) for problem in problems
+        )
+    ]
+    if missing or problems:
+        raise ConfigError("; ".join(missing + problems))
+    return Settings(**values)

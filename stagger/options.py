@@ -34,6 +34,7 @@ __all__ = [
     "key_values",
     "label_prefix",
     "one_of",
+    "read_each",
     "read_options",
     "seconds",
     "text",
@@ -238,3 +239,34 @@ def read_options(
         if env is not None:
             values[option.dest] = option.parse(environ[env], env)
     return values
+
+
+def read_each(
+    parser: argparse.ArgumentParser,
+    options: Sequence[Option],
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+) -> tuple[dict[str, Any], list[str]]:
+    """For a process that must start whatever it is given (the init client, whose bad settings fail open):
+    every option's value as `read_options` reads it, except that a blank value (spaces only, e.g. an
+    unset downward-API field) counts as not given and values are stripped, each bad value is one problem
+    in the list returned (the other options are still read, so one message can name them all), and a
+    variable that no option reads is no problem (a newer controller may set one this version does not
+    know). A bad command line still raises SettingsError."""
+    args = vars(parser.parse_args(list(argv)))
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for option in options:
+        given = args.get(option.dest)
+        if isinstance(given, str) and given.strip():
+            text, where = given.strip(), option.flag
+        else:
+            env = next((name for name in option.envs if environ.get(name, "").strip()), None)
+            if env is None:
+                continue
+            text, where = environ[env].strip(), env
+        try:
+            values[option.dest] = option.parse(text, where)
+        except SettingsError as err:
+            problems.append(str(err))
+    return values, problems
