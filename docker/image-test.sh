@@ -3,7 +3,7 @@
 #   - lockd (standalone, as if on 2 cores, the built-in policy): /healthz answers 200; two pods ask for a
 #     slot: 200 for the first, 423 for the second (one slot: 0.5 per core);
 #   - the init client's --help answers within 1 s; the controller's --help; the evict mode's idle stub
-#     (`python -m lockd.idle`) runs and exits 0 on SIGTERM;
+#     (`python -m webhook.idle`) runs and exits 0 on SIGTERM;
 #   - `python` is the venv's; sim, tests, pip and setuptools are not importable;
 # then prints the image size. A failing check exits non-zero with the check's message.
 # Without a Docker engine: `buildah run --isolation chroot` in a working container of the image (its
@@ -59,7 +59,7 @@ check(p.returncode == 0 and "usage" in p.stdout, f"python -m webhook --help: exi
 p, took = run("lockd", "--help")
 check(p.returncode == 0 and "usage" in p.stdout, f"python -m lockd --help: exit {p.returncode} in {took:.2f} s")
 
-idle = subprocess.Popen(["python", "-m", "lockd.idle"])
+idle = subprocess.Popen(["python", "-m", "webhook.idle"])
 time.sleep(0.5)
 alive = idle.poll() is None
 idle.send_signal(signal.SIGTERM)
@@ -68,7 +68,7 @@ try:
 except subprocess.TimeoutExpired:
     idle.kill()
     code = "none within 5 s"
-check(alive and code == 0, f"python -m lockd.idle idles, exits {code} on SIGTERM (0)")
+check(alive and code == 0, f"python -m webhook.idle idles, exits {code} on SIGTERM (0)")
 
 # lockd on a free port; the load is read from a file (0% busy) so that a busy machine's CPU does not
 # turn the first answer into a 423: the built-in policy's slot count is what is checked.

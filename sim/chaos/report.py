@@ -1,4 +1,4 @@
-"""chaos/REPORT.md: one row per seed, then the totals (faults by kind, pods started, limit violations,
+"""sim/chaos/REPORT.md: one row per seed, then the totals (faults by kind, pods started, limit violations,
 fail-opens by cause, the slowest pod against its bound, crashes, and the fuzz cases run per surface)."""
 
 from __future__ import annotations

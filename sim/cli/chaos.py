@@ -5,7 +5,7 @@ and the controller leader killed and restarted; then the safety, liveness and no
 `sim.chaos.run`. Exit 0 when every seed passes, 1 when one fails (its replay command is printed).
 
 `--seeds N` runs seeds SEED..SEED+N-1 one after another, and `--report FILE` writes their table
-(`make chaos`: 100 seeds into chaos/REPORT.md)."""
+(`make chaos`: 100 seeds into sim/chaos/REPORT.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ EPILOG = """\
 examples:
   python -m sim chaos --seed 7                    (2 minutes of faults, then up to 2 minutes to settle)
   python -m sim chaos --seed 7 --minutes 0.5 --outage 5s --size small
-  python -m sim chaos --seed 1 --seeds 100 --report chaos/REPORT.md
+  python -m sim chaos --seed 1 --seeds 100 --report sim/chaos/REPORT.md
 """
 
 

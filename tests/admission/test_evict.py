@@ -217,12 +217,12 @@ def test_held_by_stubs_keeps_resources_and_ports_and_nothing_else() -> None:
     assert obj == before  # the input is not changed
     inits = after["spec"]["initContainers"]
     assert [c["name"] for c in inits] == ["stagger-hold", "migrate", "proxy"]
-    assert inits[0]["command"] == ["python", "-m", "lockd.idle"] and inits[0]["image"] == SETTINGS.image
+    assert inits[0]["command"] == ["python", "-m", "webhook.idle"] and inits[0]["image"] == SETTINGS.image
     assert inits[1]["resources"] == setup["resources"] and inits[1]["image"] == SETTINGS.image
     assert inits[2]["restartPolicy"] == "Always"
     (stub,) = after["spec"]["containers"]
     assert stub["name"] == "app" and stub["image"] == SETTINGS.image
-    assert stub["command"] == ["python", "-m", "lockd.idle"]
+    assert stub["command"] == ["python", "-m", "webhook.idle"]
     assert stub["resources"] == app["resources"] and stub["ports"] == app["ports"]
     for gone in ("env", "volumeMounts", "readinessProbe"):
         assert gone not in stub

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.which:
         if name == "lockd-node":
-            # Writes bench/lockd.json and bench/lockd.md (medians of 3 runs, against a bare aiohttp handler).
+            # Writes tests/bench/lockd.json and tests/bench/lockd.md (medians of 3 runs, against a bare aiohttp handler).
             lockd_node_bench.main([])
             continue
         if name == "buys":

@@ -518,7 +518,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the real control plane's controller-manager and scheduler client QPS (default: theirs, 20 and 50)",
     )
     parser.add_argument("--runs", type=int, default=1, help="runs of each cell (medians reported)")
-    parser.add_argument("--out", type=Path, default=Path("bench"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
 
 
 def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:

@@ -17,8 +17,8 @@ in cluster mode on the API emulator), each figure next to its reference measured
 
 Every figure is the median of `runs` runs. Benchmarks measure, they do not assert.
 
-`python -m tests.bench.lockd_node_bench [--runs 3] [--tree DIR --label NAME]` writes bench/lockd.json and
-bench/lockd.md; `--tree` runs lockd from another checkout (a `git worktree` of an older commit) into its
+`python -m tests.bench.lockd_node_bench [--runs 3] [--tree DIR --label NAME]` writes tests/bench/lockd.json and
+tests/bench/lockd.md; `--tree` runs lockd from another checkout (a `git worktree` of an older commit) into its
 own column, for before/after.
 """
 
@@ -491,7 +491,7 @@ async def run(*, runs: int = 3) -> dict[str, Any]:
 
 # --- the report -----------------------------------------------------------------------------------------
 
-OUT = ROOT / "bench" / "lockd.json"
+OUT = Path(__file__).parent / "lockd.json"  # beside this code, like every benchmark's report
 TARGETS = {
     "cpu_250": "<= 0.5% of a core, not growing with waiters",
     "ratio": "<= 1.3x the bare aiohttp handler",
@@ -505,7 +505,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """bench/lockd.md: one table per measurement, a column per labelled run (e.g. before / after)."""
+    """tests/bench/lockd.md: one table per measurement, a column per labelled run (e.g. before / after)."""
     labels = [k for k in doc if k not in ("machine", "commands", "notes")]
     res = {label: doc[label]["results"] for label in labels}
     head = "| | " + " | ".join(labels) + " | target |\n|---|" + "---|" * (len(labels) + 1) + "\n"

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pods", type=int, default=PODS)
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated: {', '.join(CONFIGS)}")
-    parser.add_argument("--out", type=Path, default=Path("bench"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)

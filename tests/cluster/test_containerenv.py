@@ -144,10 +144,10 @@ def test_initclient_detection_and_args() -> None:
 
 
 def test_evict_modes_stub_is_told_apart_from_the_init_client() -> None:
-    stub = {"name": "stagger-hold", "command": ["python", "-m", "lockd.idle"]}
+    stub = {"name": "stagger-hold", "command": ["python", "-m", "webhook.idle"]}
     assert runs_idle_stub(stub) and not runs_initclient(stub)
-    assert runs_idle_stub({"command": ["sh", "-c", "exec python -m lockd.idle"]})
+    assert runs_idle_stub({"command": ["sh", "-c", "exec python -m webhook.idle"]})
     # A stub keeps no argument of the container it replaced, but even one naming the init client is a stub.
-    assert not runs_initclient({"command": ["python", "-m", "lockd.idle"], "args": ["--initclient"]})
+    assert not runs_initclient({"command": ["python", "-m", "webhook.idle"], "args": ["--initclient"]})
     assert not runs_idle_stub({"command": ["python", "-m", "initclient"]})
     assert not runs_idle_stub({"command": ["python", "-m", "lockd"], "args": ["--idle"]})

@@ -1,5 +1,5 @@
 """Evict mode's stub pods (`hold: stub`) on the simulated cluster: every container runs `python -m
-lockd.idle`, the first init container (`stagger-hold`) blocks. The pod is scheduled and stays in Init
+webhook.idle`, the first init container (`stagger-hold`) blocks. The pod is scheduled and stays in Init
 (Pending, Initialized False) with no CPU used until it is deleted or evicted; its stubs then exit 0. A stub
 as a main container runs and is never Ready. On the emulator and the real control plane (`backend`)."""
 
@@ -20,7 +20,7 @@ from tests.cluster.helpers import cluster_settings, eventually
 
 pytestmark = pytest.mark.e2e
 
-IDLE = ["python", "-m", "lockd.idle"]
+IDLE = ["python", "-m", "webhook.idle"]
 STAGGER_IMAGE = "stagger:test"
 
 

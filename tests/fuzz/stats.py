@@ -1,7 +1,7 @@
-"""How many fuzz cases the fuzz tests run, per surface: `python -m tests.fuzz.stats --out chaos/fuzz.json`
+"""How many fuzz cases the fuzz tests run, per surface: `python -m tests.fuzz.stats --out sim/chaos/fuzz.json`
 runs `pytest tests/fuzz` once with hypothesis' statistics and counts, per test module, the examples
 hypothesis ran (every phase: explicit examples, generated ones) plus one case per test that is not a
-hypothesis test (a table row, a process run). `make chaos` puts the counts in chaos/REPORT.md.
+hypothesis test (a table row, a process run). `make chaos` puts the counts in sim/chaos/REPORT.md.
 
 Hypothesis tests written inside an async test (one server shared by every example) print no statistics;
 those are counted from their `max_examples`, as hypothesis runs that many unless it stops early."""

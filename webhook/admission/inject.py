@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 
-# The stand-in process of a pod held with `hold: stub` (lockd/idle.py, in the same image as lockd).
-IDLE_COMMAND = ("python", "-m", "lockd.idle")
+# The stand-in process of a pod held with `hold: stub` (webhook/idle.py, in the same image as lockd).
+IDLE_COMMAND = ("python", "-m", "webhook.idle")
 
 
 HOLD_CONTAINER = "stagger-hold"

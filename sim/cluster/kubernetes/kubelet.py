@@ -2,7 +2,7 @@
 
 Init containers run in order. One whose command line names the stagger init client runs the REAL
 init client as a process (``sim.cluster.launchers.initproc``); its exit code is the container's. One whose command
-line names ``lockd.idle`` is evict mode's stub (``hold: stub``): it runs, never Ready, using no CPU, until
+line names ``webhook.idle`` is evict mode's stub (``hold: stub``): it runs, never Ready, using no CPU, until
 the pod is deleted, and then exits 0; as an init container it keeps the pod in Init (Pending,
 Initialized False) until then. Every other container follows the start-up model
 (``sim.cluster.startup``), which shares the node's cores among the containers starting at the same time.
@@ -643,7 +643,7 @@ class Kubelet:
 
 def _stop(view: ContainerView, *, now: float, stub: bool, init: bool = False) -> ContainerView:
     """A container stopped because its pod is being deleted: SIGTERM kills an ordinary one (143); a running
-    stub (``lockd.idle``) handles it and exits 0 (an init container that exited 0 is reported ready)."""
+    stub (``webhook.idle``) handles it and exits 0 (an init container that exited 0 is reported ready)."""
     if stub and view.state == "running":
         return replace(view, state="terminated", reason="Completed", exit_code=0, finished_at=now, ready=init)
     return killed(view, now=now)

@@ -18,8 +18,8 @@ from typing import Any
 from sim.cluster.objects import annotations_of, byte_count, cpu_millis, labels_of, meta
 
 INITCLIENT_MARKER = "initclient"
-IDLE_STUB_MARKER = "lockd.idle"
-"""What the command line of evict mode's stub names (``python -m lockd.idle``, ``hold: stub``)."""
+IDLE_STUB_MARKER = "webhook.idle"
+"""What the command line of evict mode's stub names (``python -m webhook.idle``, ``hold: stub``)."""
 
 
 class EnvError(ValueError):
@@ -154,7 +154,7 @@ def _argv_parts(container: Mapping[str, Any]) -> list[str]:
 
 
 def runs_idle_stub(container: Mapping[str, Any]) -> bool:
-    """Whether this container is evict mode's stub (its command line names ``lockd.idle``): a process that
+    """Whether this container is evict mode's stub (its command line names ``webhook.idle``): a process that
     idles until the pod is deleted, then exits 0."""
     return any(IDLE_STUB_MARKER in p for p in _argv_parts(container))
 

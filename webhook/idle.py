@@ -1,4 +1,4 @@
-"""`python -m lockd.idle`: the stand-in process of a pod held in evict mode with `hold: stub`.
+"""`python -m webhook.idle`: the stand-in process of a pod held in evict mode with `hold: stub`.
 
 The controller replaces every container of such a pod with this idle process, from the image already
 on the node for lockd, behind a blocking init container that runs it too. The pod is scheduled and keeps
@@ -24,7 +24,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop)
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         print(
-            "usage: python -m lockd.idle\n\nIdles until SIGTERM or SIGINT, then exits 0 (evict mode's stub)."
+            "usage: python -m webhook.idle\n\nIdles until SIGTERM or SIGINT, then exits 0 (evict mode's stub)."
         )
         return 0
     while True:
