@@ -36,6 +36,8 @@ from hypothesis import strategies as st
 
 from stagger.matching import pod_labels
 from tests.fuzz.controller import RunningController, start_controller
+from tests.fuzz.jsondocs import json_values
+from tests.fuzz.jsondocs import places as places_in
 from tests.webhook.reviews import ENABLE
 from webhook.admission import INTERNAL_ERROR_WARNING
 from webhook.admission import pods as admission_pods
@@ -217,13 +219,6 @@ def changed(
     return copied
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
-    ),
-    max_leaves=8,
-)
 # One value of each JSON type (falsy and not): replacing a member by one of another type is what most often
 # breaks code that expects that type (copied: the drawn review is changed in place).
 SAMPLES = (None, True, False, 0, 5, -1, 1.5, "", "x", [], [5], ["x"], [{}], [None], {}, {"x": 5})
@@ -276,24 +271,13 @@ FIELDS = (
 )
 
 
-def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every path into a JSON document (the root is ())."""
-    yield path
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _places(child, (*path, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _places(child, (*path, index))
-
-
 @st.composite
 def broken_reviews(draw: st.DrawFn, bases: tuple[dict[str, Any], ...]) -> Any:
     """A good review with one to three places (mostly inside the object) replaced by a value of another type,
     removed, or given a field the code reads with a wrong value."""
     body: Any = copy.deepcopy(draw(st.sampled_from(bases)))
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        places = list(_places(body))
+        places = list(places_in(body))
         inside = [path for path in places if path[:2] == ("request", "object")]
         # Mostly a member the code reads (FIELDS; its name drawn first, so that a name found once is as likely
         # as one found everywhere), else anywhere, mostly in the object.
@@ -487,7 +471,7 @@ _REMOVED = object()
 def swept(review: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(where, the review) for every member under `request` of `review` removed, and replaced by each value
     of SWEEP_VALUES of another type; each with its own uid, so that a log line names its case."""
-    places = [path for path in _places(review["request"]) if path]
+    places = [path for path in places_in(review["request"]) if path]
     for number, (path, value) in enumerate(
         (path, value) for path in places for value in (_REMOVED, *SWEEP_VALUES)
     ):

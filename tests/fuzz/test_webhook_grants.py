@@ -32,6 +32,8 @@ from hypothesis import strategies as st
 
 from tests.emulator.webhook_server import configuration, hook
 from tests.fuzz.controller import RunningController, start_controller
+from tests.fuzz.jsondocs import json_values
+from tests.fuzz.jsondocs import places as places_in
 from tests.webhook.reviews import ENABLE, enabled, image_policy, pod
 
 pytestmark = pytest.mark.e2e
@@ -145,13 +147,6 @@ FIELDS = (
     "dryRun",
 )
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
-    ),
-    max_leaves=8,
-)
 # A value of each JSON type first (copied: the drawn body is changed in place), and strings over the limits.
 junk = (
     st.sampled_from(
@@ -161,22 +156,12 @@ junk = (
 ).map(copy.deepcopy) | json_values
 
 
-def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield path
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _places(child, (*path, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _places(child, (*path, index))
-
-
 @st.composite
 def broken(draw: st.DrawFn, good: dict[str, Any]) -> Any:
     """`good` with one to three places replaced by another value, removed, or a field added."""
     body: Any = copy.deepcopy(good)
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        path = draw(st.sampled_from(list(_places(body))))
+        path = draw(st.sampled_from(list(places_in(body))))
         target = body
         for step in path[:-1]:
             target = target[step]
@@ -400,7 +385,7 @@ def test_every_member_removed_or_of_another_type(controller: Controller, path: s
     """Not random: each member of the good body, one at a time, removed or replaced by a value of each other
     type (the fuzzing above combines several)."""
     good = GOOD[path]
-    for place in (place for place in _places(good) if place):
+    for place in (place for place in places_in(good) if place):
         for value in (_REMOVED, *SWEEP_VALUES):
             body = copy.deepcopy(good)
             target = body
