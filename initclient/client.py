@@ -16,6 +16,11 @@ Delays:
 Max-wait is the smaller of `--max-wait` and the node policy's `maxWait` that lockd sends with a 423/429
 (`"maxWait": seconds`): the first answer that carries it may lower the bound, a later one lower it
 further (never raise it), with one line each time it changes.
+
+Max-wait bounds waiting for a slot in lockd's queue. Waiting while lockd cannot decide at all (no
+connection, 5xx, or 503 not ready) has a bound of its own, `--unreachable-wait` (60s by default): counted
+from lockd's last queue answer (or the start), so a lockd that crash-loops or is gone costs a new pod at
+most that, not its whole max-wait; a lockd that comes up within it (a booting node) still staggers the pod.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "Sleep",
     "WaitState",
     "backoff_delay",
+    "deadline_of",
     "decide",
     "fetch_lock",
     "give_up",
@@ -54,6 +60,7 @@ __all__ = [
     "plan_request",
     "retry_delay",
     "start",
+    "undecided_since",
     "wait_for_slot",
 ]
 
@@ -72,6 +79,8 @@ LAST_ASK = 0.5
 Level = Literal["info", "warning", "error"]
 Kind = Literal["starting", "waiting", "not-ready", "unreachable", "failing"]
 _TROUBLE: frozenset[Kind] = frozenset({"unreachable", "failing"})
+# While lockd cannot decide on this pod, the unreachable bound runs (`--unreachable-wait`).
+_UNDECIDED: frozenset[Kind] = frozenset({"starting", "not-ready", "unreachable", "failing"})
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,7 @@ class WaitState:
     position: int | None = None
     failures: int = 0  # consecutive errors; drives the backoff
     last_answer: float | None = None  # when lockd last answered 423/429/503
+    last_queued: float | None = None  # when lockd last answered 423/429 (it decided: wait in its queue)
     policy_max_wait: float | None = None  # lockd's node policy maxWait, once it lowered the bound
 
 
@@ -150,9 +160,21 @@ def start(*, settings: Settings, now: float) -> WaitState:
     return WaitState(started=now, deadline=now + settings.max_wait)
 
 
+def undecided_since(state: WaitState) -> float:
+    """Since when lockd has not decided on this pod: its last queue answer, or the start."""
+    return state.last_queued if state.last_queued is not None else state.started
+
+
+def deadline_of(*, settings: Settings, state: WaitState) -> float:
+    """When waiting ends: max-wait's deadline, or sooner the unreachable bound while lockd cannot decide."""
+    if state.kind not in _UNDECIDED:
+        return state.deadline
+    return min(state.deadline, undecided_since(state) + settings.unreachable_wait)
+
+
 def plan_request(*, settings: Settings, state: WaitState, now: float) -> Request | None:
-    """The next long poll, or None when max-wait is over."""
-    remaining = state.deadline - now
+    """The next long poll, or None when max-wait (or the unreachable bound) is over."""
+    remaining = deadline_of(settings=settings, state=state) - now
     if remaining <= 0:
         return None
     wait = max(0, min(math.floor(settings.poll_wait), math.floor(remaining - ANSWER_MARGIN)))
@@ -200,7 +222,12 @@ def _state_line(settings: Settings, old: WaitState, new: WaitState, *, now: floa
     if old.kind in _TROUBLE and new.kind not in _TROUBLE:
         silent = now - (old.last_answer if old.last_answer is not None else old.started)
         prefix = f"lockd reachable again after {_seconds(silent)}; "
-    retrying = f"retrying with backoff (at most {_seconds(settings.max_backoff)}) for up to max-wait"
+    bound = (
+        f"{format_duration(settings.unreachable_wait)} (unreachable-wait)"
+        if settings.unreachable_wait < max_wait(settings=settings, state=new)
+        else "max-wait"
+    )
+    retrying = f"retrying with backoff (at most {_seconds(settings.max_backoff)}) for up to {bound}"
     match new.kind:
         case "waiting":
             position = f" (queue position {new.position})" if new.position is not None else ""
@@ -240,8 +267,32 @@ def _fail_open(settings: Settings, why: str, *, level: Level) -> Line:
     return Line(level, f"proceeding without a start-up slot for {_target(settings)}: {why} (fail-open)")
 
 
+def _undecided_too_long(settings: Settings, state: WaitState, now: float) -> str | None:
+    """Why the unreachable bound ended the wait, or None when it did not (max-wait did)."""
+    if state.kind not in _UNDECIDED or deadline_of(settings=settings, state=state) >= state.deadline:
+        return None
+    silent = _seconds(now - undecided_since(state))
+    bound = format_duration(settings.unreachable_wait)
+    since = "since it last answered" if state.last_queued is not None else "all along"
+    match state.kind:
+        case "unreachable":
+            what = f"could not be reached {since}: {state.detail}"
+        case "failing":
+            what = f"kept failing {since}: {state.detail}"
+        case "not-ready":
+            what = f"was not ready {since}: {state.detail}"
+        case _:
+            what = "never answered"
+    return f"lockd at {settings.lockd_url} {what} ({silent}, unreachable-wait {bound})"
+
+
 def give_up(*, settings: Settings, state: WaitState, now: float) -> Decision:
-    """Max-wait is over: proceed without a slot, with one warning line saying why."""
+    """Max-wait (or the unreachable bound) is over: proceed without a slot, with one warning line saying
+    why."""
+    unreachable = _undecided_too_long(settings, state, now)
+    if unreachable is not None:
+        line = _fail_open(settings, unreachable, level="warning")
+        return Decision(state, Finish(exit_code=0, granted=False), (line,))
     bound = format_duration(max_wait(settings=settings, state=state))
     source = " from lockd's node policy" if state.policy_max_wait is not None else ""
     waited = f"waited {_seconds(now - state.started)} (max-wait {bound}{source})"
@@ -318,9 +369,10 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
         position=position,
         failures=failures,
         last_answer=state.last_answer if kind in _TROUBLE else now,
+        last_queued=now if kind == "waiting" else state.last_queued,
     )
     bound_lines = (bound_line,) if bound_line is not None else ()
-    remaining = new.deadline - now
+    remaining = deadline_of(settings=settings, state=new) - now
     if remaining <= 0:
         gave_up = give_up(settings=settings, state=new, now=now)
         return replace(gave_up, lines=bound_lines + gave_up.lines)

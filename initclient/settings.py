@@ -45,6 +45,9 @@ class Settings:
     name: str
     uid: str | None = None
     max_wait: float = 600.0  # give up (fail-open) after this many seconds
+    # Give up sooner while lockd cannot decide (no connection, 5xx, not ready), counted from its last
+    # queue answer: a node whose lockd is down or crash-looping does not hold its pods for max-wait.
+    unreachable_wait: float = 60.0
     poll_wait: float = 30.0  # long-poll seconds asked of lockd per request
     max_backoff: float = 10.0  # cap of the retry delay after errors
     request_timeout: float = 10.0  # HTTP timeout on top of poll_wait
@@ -101,6 +104,10 @@ _OPTIONS: tuple[Option, ...] = (
     Option("--max-wait", ("STAGGER_MAX_WAIT",), "max_wait",
            "give up and proceed after this (default 10m; a smaller maxWait of the node policy wins)",
            _checked(_seconds()), "DURATION"),
+    Option("--unreachable-wait", ("STAGGER_UNREACHABLE_WAIT",), "unreachable_wait",
+           "give up and proceed after this while lockd cannot decide: no connection, 5xx or not ready "
+           "(default 1m; counted from lockd's last queue answer)", _checked(_seconds(low=0.001, span="positive")),
+           "DURATION"),
     Option("--poll-wait", ("STAGGER_POLL_WAIT",), "poll_wait", "long-poll seconds per request, 0..60 (default 30)",
            _checked(_seconds(low=0.0, high=MAX_POLL_WAIT, span="between 0s and 1m")), "DURATION"),
     Option("--max-backoff", ("STAGGER_MAX_BACKOFF",), "max_backoff",

@@ -87,6 +87,7 @@ class Admission:
                 image=settings.image,
                 lockd_port=settings.lockd_port,
                 max_wait=admission.max_wait_for(policy_file),
+                unreachable_wait=admission.unreachable_wait_for(policy_file),
             ),
         )
 

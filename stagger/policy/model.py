@@ -87,6 +87,9 @@ class NodePolicy:
     exclude_namespaces: tuple[str, ...] = ("kube-system",)
     wait_for_daemonsets: bool = False
     max_wait: float = 600.0
+    # How long an init client waits while lockd cannot decide (no connection, 5xx, not ready) before it
+    # lets its pod start (STAGGER_UNREACHABLE_WAIT; admission injects the largest of the node policies').
+    unreachable_wait: float = 60.0
     # How many pods may wait in lockd's queue on this node; None: lockd's --max-queue.
     max_queue: int | None = None
 

@@ -283,6 +283,7 @@ _NODE_POLICY = _mapping(
         _Key("excludeNamespaces", "exclude_namespaces", _list_of(_dns_label)),
         _Key("waitForDaemonSets", "wait_for_daemonsets", _boolean),
         _Key("maxWait", "max_wait", _duration()),
+        _Key("unreachableWait", "unreachable_wait", _duration()),
         _Key("maxQueue", "max_queue", _integer(minimum=1)),
     ],
     NodePolicy,

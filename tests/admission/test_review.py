@@ -329,6 +329,17 @@ def test_max_wait_for_a_policy_file() -> None:
     assert admission.max_wait_for(parse_policy_text("")) == 600.0
 
 
+def test_the_unreachable_bound_is_injected_from_the_node_policies() -> None:
+    """STAGGER_UNREACHABLE_WAIT: the largest node policy unreachableWait (admission does not know the
+    pod's node, so no node's policy is cut short), 1m without node policies."""
+    text = "nodePolicies:\n- {name: a, unreachableWait: 30s}\n- {name: b, unreachableWait: 2m}\n- {name: c}\n"
+    assert admission.unreachable_wait_for(parse_policy_text(text)) == 120.0
+    assert admission.unreachable_wait_for(parse_policy_text("")) == 60.0
+    after = patched(pod({**ENABLE, "app": "web"}), run(pod({**ENABLE, "app": "web"})))
+    env = {entry["name"]: entry.get("value") for entry in after["spec"]["initContainers"][0]["env"]}
+    assert env["STAGGER_UNREACHABLE_WAIT"] == "1m"
+
+
 def test_mixed_modes_and_evict_warn() -> None:
     response = run(pod({**ENABLE, "app": "old", "staggerimages": "1"}), policies=[EVICT, IMAGES])
     assert response["warnings"] == [

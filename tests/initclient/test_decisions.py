@@ -31,7 +31,10 @@ from initclient.client import (
 from initclient.settings import Settings
 from stagger.contracts.lock import LockReply, read_lock_reply
 
-SETTINGS = Settings(lockd_url="http://lockd:8080", namespace="ns", name="pod", uid="u-1")
+# The unreachable bound as long as max-wait: these tests are about max-wait (the bound has its own below).
+SETTINGS = Settings(
+    lockd_url="http://lockd:8080", namespace="ns", name="pod", uid="u-1", unreachable_wait=600.0
+)
 BUSY = "2 of 2 slots in use (maxConcurrent)"
 
 

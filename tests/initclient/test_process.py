@@ -152,7 +152,7 @@ async def test_one_line_per_change_of_state(lockd: FakeLockd) -> None:
     assert len(result.lines) == 4
     assert result.lines[0] == (
         f"stagger: lockd at {lockd.url} is failing (HTTP 500: boom); "
-        "retrying with backoff (at most 10.0s) for up to max-wait"
+        "retrying with backoff (at most 10.0s) for up to 1m (unreachable-wait)"
     )
     assert re.fullmatch(
         rf"stagger: lockd reachable again after \d+\.\ds; "

@@ -17,13 +17,15 @@ MODES = {
 
 POLICIES = {
     # Two starts at a time per node, whatever the load (the tests count starts; the CPU throttle would make
-    # them depend on what else the machine runs), and a short maxWait for the node without lockd.
+    # them depend on what else the machine runs), and a short unreachableWait (and maxWait) for the node
+    # without lockd.
     "nodePolicies": [
         {
             "name": "default",
             "throttleConfig": {"maxConcurrent": {"value": NODE_LIMIT}},
             "holdTimeout": "2m",
             "maxWait": "45s",
+            "unreachableWait": "30s",
         }
     ],
     # 1 starts, then 3 once it is Ready, then all once 3 are: tighter than the nodes' 2 x NODE_LIMIT.

@@ -263,7 +263,7 @@ T = "nodePolicies[0].throttleConfig"
         pytest.param(
             {"nodePolicies": ["n"]},
             "nodePolicies[0]: must be a mapping with keys name, nodeSelector, priority, throttleConfig, "
-            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, maxQueue (got 'n')",
+            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue (got 'n')",
             id="mapping-expected",
         ),
         pytest.param(

@@ -42,6 +42,7 @@ from webhook.admission.inject import (
     init_container,
     max_wait_for,
     stub_container,
+    unreachable_wait_for,
 )
 from webhook.admission.jobs import DISRUPTION_IGNORE_RULE, job_mutation, review_job
 from webhook.admission.pods import mutation, review
@@ -65,4 +66,5 @@ __all__ = [
     "review",
     "review_job",
     "stub_container",
+    "unreachable_wait_for",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "max_wait_for",
     "stub_container",
     "stub_ops",
+    "unreachable_wait_for",
 ]
 
 
@@ -56,6 +57,8 @@ class InjectSettings:
     image: str
     lockd_port: int = 9400
     max_wait: float = 600.0
+    # The init client's bound while lockd cannot decide (STAGGER_UNREACHABLE_WAIT): `unreachable_wait_for`.
+    unreachable_wait: float = 60.0
     container_name: str = "stagger-wait"
     # The stagger image's entrypoint is `python -m`, so `args=("initclient",)` with no command works too;
     # the full command does not depend on the entrypoint.
@@ -68,6 +71,13 @@ def max_wait_for(policy_file: PolicyFile, *, default: float = 600.0) -> float:
     """The init client's max wait for a policy file: the largest node policy maxWait (`default` without
     node policies), so that no node's policy is cut short by the init client."""
     return max((policy.max_wait for policy in policy_file.node_policies), default=default)
+
+
+def unreachable_wait_for(policy_file: PolicyFile, *, default: float = 60.0) -> float:
+    """The init client's unreachable bound for a policy file: the largest node policy unreachableWait
+    (`default` without node policies). Admission does not know the pod's node, so no node's policy is cut
+    short."""
+    return max((policy.unreachable_wait for policy in policy_file.node_policies), default=default)
 
 
 def escape_pointer(token: str) -> str:
@@ -96,6 +106,7 @@ def init_container(settings: InjectSettings, *, max_wait: float) -> dict[str, An
         _field_env("HOST_IP", "status.hostIP"),
         {"name": "STAGGER_LOCKD_URL", "value": f"http://$(HOST_IP):{settings.lockd_port}"},
         {"name": "STAGGER_MAX_WAIT", "value": format_duration(max_wait)},
+        {"name": "STAGGER_UNREACHABLE_WAIT", "value": format_duration(settings.unreachable_wait)},
     ]
     container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
     container["securityContext"] = dict(_LOCKED_DOWN)
