@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -138,6 +138,15 @@ class Metrics:
             "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", "why"
         )
     )
+    waits_given_up: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_waits_given_up",
+            "Waits that ended without a slot, by why: stoppedAsking (the init client stopped asking: it "
+            "gave up after maxWait or unreachableWait, or its pod went away), startedWithoutSlot (the pod "
+            "became Ready while in the queue), podGone (finished or deleted while in the queue).",
+            "why",
+        )
+    )
     cpu_load: Gauge = field(
         default_factory=lambda: Gauge(
             "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading)."
@@ -173,16 +182,9 @@ class Metrics:
     def render(self) -> bytes:
         """Every metric in the text exposition format."""
         lines: list[str] = []
-        for metric in (
-            self.requests,
-            self.wait_seconds,
-            self.slots_in_use,
-            self.slot_limit,
-            self.queue_length,
-            self.slots_ended,
-            self.cpu_load,
-            self.io_load,
-            self.policy_reloads,
-        ):
-            lines += metric.render()
+        # Every metric field, in the order they are defined: a new metric cannot be left out of the page.
+        for each in fields(self):
+            metric = getattr(self, each.name)
+            if isinstance(metric, Counter | Gauge | Histogram):
+                lines += metric.render()
         return ("\n".join(lines) + "\n").encode()

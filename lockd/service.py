@@ -502,7 +502,17 @@ class LockService:
                 self.release(namespace=key[0], name=key[1], why=stage)
         if stage in ("finished", "deleted") and self.ledger.leave_queue(key) is not None:
             logger.info("%s/%s left the queue: pod %s", key[0], key[1], stage)
+            self.metrics.waits_given_up.labels(why="podGone").inc()
+        elif stage == "ready" and self._not_polling(key) and self.ledger.leave_queue(key) is not None:
+            # Ready while still waiting: its init client gave up (fail-open) and the pod started anyway.
+            # (A waiter long-polling right now is asking, whatever an older view of its pod says.)
+            logger.warning("%s/%s left the queue: Ready without a slot (its init client gave up)", *key)
+            self.metrics.waits_given_up.labels(why="startedWithoutSlot").inc()
         self.wake_next()
+
+    def _not_polling(self, key: ledger.PodKey) -> bool:
+        waiter = self.ledger.queue.get(key)
+        return waiter is not None and waiter.polling == 0
 
     def restore(self, held: list[HeldSlot]) -> None:
         """After a restart: slots recorded on pods (`granted-at`) count again, with their original age."""
@@ -543,6 +553,7 @@ class LockService:
         idle = self.ledger.prune_waiters(now)
         for waiter in idle:
             logger.info("%s/%s left the queue: it stopped asking", waiter.namespace, waiter.name)
+            self.metrics.waits_given_up.labels(why="stoppedAsking").inc()
         if due or expired:
             self._slots_changed()
         if due or expired or idle:

@@ -222,9 +222,19 @@ is drawn from this type's values in this order (a seed's run stays the same)."""
 
 
 async def _kills(
-    sim: SimCluster, *, rng: random.Random, count: int, span: float, start: float, done: list[str]
+    sim: SimCluster,
+    *,
+    rng: random.Random,
+    count: int,
+    span: float,
+    start: float,
+    notice: float,
+    done: list[str],
 ) -> None:
-    """Kill and restart processes at random moments of the fault span (wall seconds since `start`)."""
+    """Kill and restart processes at random moments of the fault span (wall seconds since `start`). A
+    restarted controller replica is waited for as long as the faults can last, and the time to notice
+    their end: while the API server is down (an outage) it cannot list its pods, so it cannot be Ready
+    (a fixed 30 s made `python -m sim chaos --seed 7`, the help's example, fail on the harness itself)."""
     moments = sorted(rng.uniform(span * 0.1, span * 0.8) for _ in range(count))
     async with aiohttp.ClientSession() as session:
         for moment in moments:
@@ -247,7 +257,8 @@ async def _kills(
                 # informers' back-off (up to 30 s) to be ready, and its callers get 503 meanwhile.
                 await sim.lockds[node].start()
             if what in ("leader", "both") and controller is not None and leader is not None:
-                await controller.restart(leader)
+                faults_left = max(0.0, span - (time.monotonic() - start))
+                await controller.restart(leader, within=max(30.0, faults_left + notice))
 
 
 async def run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBackend) -> ChaosResult:
@@ -317,7 +328,15 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
                 )
                 arrivals = sorted((rng.uniform(0, span / 2), w) for w in herd.workloads)
                 killing = asyncio.create_task(
-                    _kills(sim, rng=rng, count=settings.kills, span=span, start=began, done=kills),
+                    _kills(
+                        sim,
+                        rng=rng,
+                        count=settings.kills,
+                        span=span,
+                        start=began,
+                        notice=settings.notice_seconds,
+                        done=kills,
+                    ),
                     name="chaos-kills",
                 )
                 for at, workload in arrivals:

@@ -131,6 +131,8 @@ async def test_idle_waiter_leaves_the_queue(start_lockd) -> None:
         return [q["name"] for q in (await lockd.status())["queue"]] == ["stays"]
 
     await eventually(gone_left, what="the idle waiter to leave")
+    metrics = await (await lockd.client.get("/metrics")).text()
+    assert 'stagger_lockd_waits_given_up_total{why="stoppedAsking"} 1' in metrics
 
 
 async def test_release_of_a_pod_without_slot_is_404(start_lockd) -> None:

@@ -1,6 +1,7 @@
 """Cluster-mode lockd against the API emulator: 503 until the first list, 403 for anything that is not a
 live pod of this node, one patch per grant, slots that end when the pod is Ready / finishes / is deleted,
-minHold, holdTimeout, Events, and held slots rebuilt by a restarted lockd."""
+minHold, holdTimeout, Events, held slots rebuilt by a restarted lockd, and the waits lockd saw given up
+(`stagger_lockd_waits_given_up_total`: a queued pod Ready without its slot, or gone)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,43 @@ async def test_restarted_lockd_rebuilds_held_slots_before_granting(start_lockd, 
     assert (await second.lock(pods[2])).status == 423
     await set_ready(kube, pods[0])
     assert (await second.lock(pods[2], wait="10")).status == 200
+
+
+async def _given_up(lockd) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    text = await (await lockd.client.get("/metrics")).text()
+    prefix = 'stagger_lockd_waits_given_up_total{why="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+@pytest.mark.parametrize(
+    ("end", "why"),
+    [
+        pytest.param("ready", "startedWithoutSlot", id="ready without a slot"),
+        pytest.param("deleted", "podGone", id="deleted"),
+    ],
+)
+async def test_a_queued_pod_that_starts_or_goes_is_a_wait_given_up(
+    start_lockd, kube, end: str, why: str
+) -> None:
+    """The second pod waits behind the first; its init client gives up (fail-open) and the pod becomes
+    Ready without a slot, or the pod is deleted: it leaves the queue, counted by why."""
+    await make_node(kube)
+    first = await make_pod(kube, "first")
+    second = await make_pod(kube, "second")
+    lockd = await start_lockd(limit_policy(1))
+    assert (await lockd.lock(first)).status == 200
+    assert (await lockd.lock(second)).status == 423
+    if end == "ready":
+        await set_ready(kube, second)
+    else:
+        await kube.delete(PODS, name="second", namespace="default", grace_period_seconds=0)
+
+    async def left() -> bool:
+        return (await lockd.status())["queue"] == [] and (await _given_up(lockd)).get(why) == 1
+
+    await eventually(left, what=f"the second pod to leave the queue, counted as {why}")
+    assert [s["name"] for s in (await lockd.status())["slots"]] == ["first"]  # the slot is not freed
