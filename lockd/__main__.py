@@ -12,12 +12,12 @@ from stagger import kube, policy, startup
 
 
 def banner(settings: Settings) -> str:
-    base = f"http://{settings.host}:{settings.port}"
+    base = f"http://{settings.server.host}:{settings.server.port}"
     mode = "standalone" if settings.standalone else "cluster"
     # In a cluster only a pod of this node with its uid gets a slot: show a request that can work.
     ident = "namespace=default&name=demo" + ("" if settings.standalone else "&uid=<the pod's metadata.uid>")
     return (
-        f"lockd ({mode}) on {base} for node {settings.node_name}. Try:\n"
+        f"lockd ({mode}) on {base} for node {settings.node.node_name}. Try:\n"
         f"  curl -s '{base}/v1/lock?{ident}'\n"
         f"  curl -s '{base}/status?format=text'"
     )
@@ -39,16 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     settings, application = started
     runner = server.make_runner(
         application,
-        header_timeout=settings.header_timeout,
-        shutdown_timeout=settings.shutdown_timeout,
+        header_timeout=settings.server.header_timeout,
+        shutdown_timeout=settings.server.shutdown_timeout,
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
     )
     try:
         asyncio.run(
             server.serve(
                 runner,
-                host=settings.host,
-                port=settings.port,
+                host=settings.server.host,
+                port=settings.server.port,
                 started=lambda: print(banner(settings), file=sys.stderr, flush=True),
             )
         )

@@ -100,7 +100,7 @@ def _view(app: web.Application) -> cluster.NodeView | None:
 def node_labels(app: web.Application) -> dict[str, str]:
     """The labels that choose the node policy: the Node's in cluster mode, `--node-labels` standalone."""
     view = _view(app)
-    return view.node_labels() if view is not None else dict(app[SETTINGS].node_labels)
+    return view.node_labels() if view is not None else dict(app[SETTINGS].node.node_labels)
 
 
 def policy_file_of(watcher: PolicyWatcher) -> policy.PolicyFile | None:
@@ -174,7 +174,7 @@ def _not_ready(app: web.Application) -> web.Response | None:
     if not service.ready:
         return _json_error(
             503,
-            f"lockd has not listed the pods on node {app[SETTINGS].node_name} yet",
+            f"lockd has not listed the pods on node {app[SETTINGS].node.node_name} yet",
             headers={"Retry-After": "1"},
         )
     return None
@@ -340,7 +340,7 @@ async def show_status(request: web.Request) -> web.Response:
         return _json_error(400, str(err))
     service, watcher, view = app[SERVICE], app[POLICY], _view(app)
     doc = status.build_status(
-        node=app[SETTINGS].node_name,
+        node=app[SETTINGS].node.node_name,
         mode="cluster" if view is not None else "standalone",
         active=service.active,
         cores=service.cores,
@@ -401,13 +401,13 @@ def publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
 async def _sample_load(app: web.Application) -> None:
     settings, cache, reader, m = app[SETTINGS], app[LOAD], app[READER], app[METRICS]
     while True:
-        sample = await asyncio.to_thread(reader.read) if settings.load_file else reader.read()
+        sample = await asyncio.to_thread(reader.read) if settings.node.load_file else reader.read()
         changed = sample != cache.sample
         cache.sample = sample
         publish_load(m, sample)
         if changed:
             app[SERVICE].load_changed()
-        await asyncio.sleep(settings.sample_interval)
+        await asyncio.sleep(settings.node.sample_interval)
 
 
 async def _expire_slots(app: web.Application) -> None:
@@ -433,11 +433,11 @@ def reload_policy(app: web.Application) -> bool:
 async def _watch_policy(app: web.Application) -> None:
     settings = app[SETTINGS]
     while True:
-        await asyncio.sleep(settings.reload_interval)
+        await asyncio.sleep(settings.policy.reload_interval)
         try:
             reload_policy(app)
         except Exception:  # a bug here must not stop the reloads for good (the last good policy stays)
-            logger.exception("checking the policy file %s failed", settings.policies)
+            logger.exception("checking the policy file %s failed", settings.policy.policies)
 
 
 def _background(
@@ -473,8 +473,8 @@ def make_app(
     (load sampler, slot expiry, policy reload). `lockd.daemon.make_app` builds the parts and adds cluster
     mode (`lockd.clustermode.install`)."""
     app = web.Application(
-        client_max_size=settings.max_body,
-        middlewares=[serving.json_errors(max_body=settings.max_body, read_first=True)],
+        client_max_size=settings.server.max_body,
+        middlewares=[serving.json_errors(max_body=settings.server.max_body, read_first=True)],
     )
     app[SETTINGS] = settings
     app[SERVICE] = service
@@ -483,7 +483,7 @@ def make_app(
     app[POLICY] = watcher
     watcher.subscribe(lambda _new: choose_policy(app))  # the node's policy is chosen anew at each reload
     app[READER] = reader
-    app[QUERIES] = params.LockQueries(max_wait=settings.max_long_poll)
+    app[QUERIES] = params.LockQueries(max_wait=settings.queue.max_long_poll)
     app[BODIES] = EncodedBodies()
     app.router.add_route("GET", LOCK_PATH, lock)
     app.router.add_route("POST", LOCK_PATH, lock)
@@ -495,7 +495,7 @@ def make_app(
     app.router.add_get("/metrics", metrics_handler)
     app.cleanup_ctx.append(_background("load-sampler", _sample_load))
     app.cleanup_ctx.append(_background("slot-expiry", _expire_slots))
-    if settings.policies is not None:
+    if settings.policy.policies is not None:
         app.cleanup_ctx.append(_background("policy-reload", _watch_policy))
     app.on_shutdown.append(_close_service)
     return app

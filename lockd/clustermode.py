@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 def install(app: web.Application) -> None:
     """Raises `kube.ConfigError` when there is no way to reach the API server."""
     settings = app[SETTINGS]
-    app[CLUSTER] = ClusterState(config=kube.load_config(kubeconfig=settings.kubeconfig))
+    app[CLUSTER] = ClusterState(config=kube.load_config(kubeconfig=settings.cluster.kubeconfig))
     app.cleanup_ctx.append(_running)
 
 
@@ -39,28 +39,28 @@ def _group_parts(
 ) -> tuple[groups.GroupClient | None, groups.GroupWatch | None]:
     """The controller's group pacer service: the client that asks for a pod, and the wait stream that
     says when a waiting pod's group may go on. None without `--controller-url`."""
-    if not settings.controller_url:
+    if not settings.groups.controller_url:
         return None, None
-    controller_ssl = groups.controller_ssl(settings.controller_ca_file)
+    controller_ssl = groups.controller_ssl(settings.groups.controller_ca_file)
     client = groups.GroupClient(
         session=session,
-        url=settings.controller_url,
-        token_file=settings.controller_token_file,
-        timeout=settings.controller_timeout,
+        url=settings.groups.controller_url,
+        token_file=settings.groups.controller_token_file,
+        timeout=settings.groups.controller_timeout,
         availability=groups.Availability(
-            unavailable_after=settings.group_unavailable_after,
-            policy=cast(groups.FailurePolicy, settings.group_failure_policy),
+            unavailable_after=settings.groups.group_unavailable_after,
+            policy=cast(groups.FailurePolicy, settings.groups.group_failure_policy),
         ),
         clock=service.clock,
         ssl_context=controller_ssl,
     )
     watch = groups.GroupWatch(
         session=session,
-        url=settings.controller_url,
-        token_file=settings.controller_token_file,
-        node=settings.node_name,
-        wait=settings.group_wait,
-        timeout=settings.controller_timeout,
+        url=settings.groups.controller_url,
+        token_file=settings.groups.controller_token_file,
+        node=settings.node.node_name,
+        wait=settings.groups.group_wait,
+        timeout=settings.groups.controller_timeout,
         aside=lambda: service.ledger.group_aside(service.clock()),
         on_grantable=service.wake_waiters,
         on_unhealthy=lambda: service.ledger.cap_group_aside(
@@ -83,26 +83,26 @@ async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> N
     logger.info(
         "listed %d pods on node %s; ready (node policy %s)",
         len(view.pods.store),
-        settings.node_name,
+        settings.node.node_name,
         service.node_policy.name,
     )
 
 
 async def _running(app: web.Application) -> AsyncIterator[None]:
     settings, service, state = app[SETTINGS], app[SERVICE], app[CLUSTER]
-    names = Names(settings.prefix)
+    names = Names(settings.cluster.prefix)
     async with aiohttp.ClientSession() as session:
         client = kube.RestClient(session=session, config=state.config)
         view = cluster.NodeView(
             client=client,
-            node=settings.node_name,
+            node=settings.node.node_name,
             names=names,
-            own_pod=settings.own_pod,
+            own_pod=settings.cluster.own_pod,
             informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
         )
         group_client, group_watch = _group_parts(settings, session=session, service=service)
         state.view, state.group_watch = view, group_watch
-        recorder = events.EventRecorder(client=client) if settings.events else None
+        recorder = events.EventRecorder(client=client) if settings.cluster.events else None
         # The parts that need the session (made here, in the running loop, as aiohttp asks).
         service.node_state = view
         service.finisher = cluster.ClusterFinisher(
@@ -111,10 +111,10 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
             groups=group_client,
             names=names,
             watch=group_watch,
-            recheck=settings.group_recheck,
+            recheck=settings.groups.group_recheck,
         )
         service.announcer = (
-            cluster.EventAnnouncer(recorder=recorder, node=settings.node_name, wall=service.wall)
+            cluster.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=service.wall)
             if recorder is not None
             else Silent()
         )

@@ -60,36 +60,36 @@ async def _trim_heap(app: web.Application) -> None:
 def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> web.Application:
     """Builds lockd. Raises `policy.PolicyError` (naming every bad field) if the policy file is bad, and
     `kube.ConfigError` in cluster mode when there is no way to reach the API server."""
-    watcher = PolicyWatcher.load(settings.policies, absent="built-in")
+    watcher = PolicyWatcher.load(settings.policy.policies, absent="built-in")
     if reader is None:
         reader = (
-            load.FileLoad(path=settings.load_file)
-            if settings.load_file
-            else load.SystemLoad(proc_root=settings.proc_root)
+            load.FileLoad(path=settings.node.load_file)
+            if settings.node.load_file
+            else load.SystemLoad(proc_root=settings.node.proc_root)
         )
-    cores = settings.cores or os.cpu_count() or 1
+    cores = settings.node.cores or os.cpu_count() or 1
     cache = lockd_app.LoadCache(sample=reader.read())
     metrics = Metrics()
     lockd_app.publish_load(metrics, cache.sample)
     clock, wall = time.monotonic, time.time
     saved, persist = (
-        _saved_slots(settings.state_file, clock=clock, wall=wall)
-        if settings.state_file is not None
+        _saved_slots(settings.queue.state_file, clock=clock, wall=wall)
+        if settings.queue.state_file is not None
         else ([], None)
     )
     service = LockService(
         active=choose_node_policy(
             policy_file=lockd_app.policy_file_of(watcher),
             source=watcher.source,
-            node_labels=dict(settings.node_labels),
+            node_labels=dict(settings.node.node_labels),
         ),
         cores=cores,
         metrics=metrics,
-        waiter_idle_timeout=settings.waiter_idle_timeout,
+        waiter_idle_timeout=settings.queue.waiter_idle_timeout,
         load=cache.get,
         # Cluster mode: no grant before the node's pods are listed and their slots rebuilt.
         ready=settings.standalone,
-        max_queue=settings.max_queue,
+        max_queue=settings.queue.max_queue,
         persist=persist,
         clock=clock,
         wall=wall,
@@ -110,7 +110,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     logger.info(
         "lockd (%s) for node %s: policy %s (%s), %d cores",
         "standalone" if settings.standalone else "cluster",
-        settings.node_name,
+        settings.node.node_name,
         service.node_policy.name,
         service.active.why,
         cores,

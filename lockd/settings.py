@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from stagger import options
@@ -20,6 +20,7 @@ from stagger.options import (
     SettingsError,
     boolean,
     file_path,
+    grouped,
     host_port,
     http_url,
     key_values,
@@ -31,18 +32,42 @@ from stagger.options import (
     whole,
 )
 
-__all__ = ["MAX_LONG_POLL_LIMIT", "OPTIONS", "Settings", "SettingsError", "build_parser", "parse_settings"]
+__all__ = [
+    "MAX_LONG_POLL_LIMIT",
+    "OPTIONS",
+    "ClusterSettings",
+    "GroupSettings",
+    "NodeSettings",
+    "PolicySettings",
+    "QueueSettings",
+    "ServerSettings",
+    "Settings",
+    "SettingsError",
+    "build_parser",
+    "parse_settings",
+]
 
 # A long poll longer than this only hides a dead client from lockd and its pod from kubectl for longer.
 MAX_LONG_POLL_LIMIT = 300.0
 
 
 @dataclass(frozen=True)
-class Settings:
+class ServerSettings:
+    """The listener: where, and what it takes from a client."""
+
     host: str = "127.0.0.1"
     port: int = 8080
-    standalone: bool = False
-    policies: Path | None = None
+    shutdown_timeout: float = 5.0
+    # A connection must send a whole request within this, and an idle keep-alive connection is closed
+    # after it (a slow client cannot hold a connection open).
+    header_timeout: float = 10.0
+    max_body: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """The node lockd runs on: its name and labels, its cores and where its load is read."""
+
     node_name: str = "localhost"
     # Standalone mode has no Node object to read labels from; these stand in for them.
     node_labels: tuple[tuple[str, str], ...] = ()
@@ -51,22 +76,42 @@ class Settings:
     # Where the machine's /proc is: its CPU times (<proc_root>/stat) and IO pressure (<proc_root>/pressure/io).
     proc_root: Path = Path("/proc")
     sample_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The waiters: how long they may poll and idle, how many, who may ask, and (standalone) where the
+    slots are kept across restarts."""
+
     waiter_idle_timeout: float = 30.0
     max_long_poll: float = 60.0
     max_queue: int = 1000
-    reload_interval: float = 5.0
-    shutdown_timeout: float = 5.0
-    # A connection must send a whole request within this, and an idle keep-alive connection is closed
-    # after it (a slow client cannot hold a connection open).
-    header_timeout: float = 10.0
-    max_body: int = 1024 * 1024
     allow_anonymous: bool | None = None  # None: allowed standalone, refused in cluster mode
     state_file: Path | None = None
-    log_level: str = "info"
-    # Cluster mode.
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy file and how often it is checked for changes."""
+
+    policies: Path | None = None
+    reload_interval: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Cluster mode: the API server, the names on pods, this lockd's own pod, Events."""
+
     kubeconfig: Path | None = None
     prefix: str = DEFAULT_PREFIX
     own_pod: tuple[str, str] | None = None
+    events: bool = True
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The controller's group pacer service, asked for pods in staggering groups."""
+
     controller_url: str | None = None
     controller_token_file: Path | None = None
     controller_timeout: float = 5.0
@@ -75,11 +120,27 @@ class Settings:
     group_recheck: float = 60.0
     group_unavailable_after: float = 30.0
     group_failure_policy: str = "open"
-    events: bool = True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """lockd's settings, grouped by part (as kopf groups its own). Each option's `dest` is its field's
+    name, unique across the groups: `stagger.options.grouped` builds this from flat values, and
+    `stagger.options.regrouped` changes some."""
+
+    standalone: bool = False
+    log_level: str = "info"
+    server: ServerSettings = ServerSettings()
+    node: NodeSettings = NodeSettings()
+    queue: QueueSettings = QueueSettings()
+    policy: PolicySettings = PolicySettings()
+    cluster: ClusterSettings = ClusterSettings()
+    groups: GroupSettings = GroupSettings()
 
     @property
     def anonymous_allowed(self) -> bool:
-        return self.standalone if self.allow_anonymous is None else self.allow_anonymous
+        allow = self.queue.allow_anonymous
+        return self.standalone if allow is None else allow
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -180,14 +241,14 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     own_namespace, own_name = environ.get("POD_NAMESPACE"), environ.get("POD_NAME")
     if own_namespace and own_name:
         values["own_pod"] = (own_namespace, own_name)
-    known = {f.name for f in fields(Settings)}
-    settings = Settings(**{k: v for k, v in values.items() if k in known})
-    if settings.state_file is not None and not settings.standalone:
+    settings = grouped(Settings, values)
+    if settings.queue.state_file is not None and not settings.standalone:
         raise SettingsError(
             "--state-file: only for --standalone (in a cluster, lockd rebuilds its slots from the pods)"
         )
-    if not 1.0 <= settings.group_wait <= 60.0:
-        raise SettingsError(f"--group-wait: must be from 1s to 60s (got {settings.group_wait:g}s)")
-    if settings.group_recheck < 1.0:
-        raise SettingsError(f"--group-recheck: must be at least 1s (got {settings.group_recheck:g}s)")
+    groups = settings.groups
+    if not 1.0 <= groups.group_wait <= 60.0:
+        raise SettingsError(f"--group-wait: must be from 1s to 60s (got {groups.group_wait:g}s)")
+    if groups.group_recheck < 1.0:
+        raise SettingsError(f"--group-recheck: must be at least 1s (got {groups.group_recheck:g}s)")
     return settings

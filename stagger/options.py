@@ -13,14 +13,19 @@ variable in a manifest would otherwise be ignored without a word and its default
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from stagger import addresses, durations
 from stagger.names import Names
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "Option",
@@ -29,6 +34,7 @@ __all__ = [
     "boolean",
     "build_parser",
     "file_path",
+    "grouped",
     "host_port",
     "http_url",
     "key_values",
@@ -36,11 +42,15 @@ __all__ = [
     "one_of",
     "read_each",
     "read_options",
+    "regrouped",
     "seconds",
     "text",
     "unknown_variables",
     "whole",
 ]
+
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class SettingsError(ValueError):
@@ -270,3 +280,56 @@ def read_each(
         except SettingsError as err:
             problems.append(str(err))
     return values, problems
+
+
+# --- settings grouped by part --------------------------------------------------------------------------
+
+
+def _groups(cls: type[Any]) -> dict[str, type[Any]]:
+    """The fields of the settings dataclass `cls` that are groups (dataclasses themselves), by name."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _names(cls: type[Any]) -> set[str]:
+    groups = _groups(cls)
+    top = {f.name for f in dataclasses.fields(cls) if f.name not in groups}
+    return top.union(*({f.name for f in dataclasses.fields(group)} for group in groups.values()))
+
+
+def grouped(cls: type[T], values: Mapping[str, Any]) -> T:
+    """The settings dataclass `cls` from flat values by option `dest`: a field that is a group (a frozen
+    dataclass, as kopf groups its settings) is built from the values named like its own fields, the other
+    fields from the value of their name; what is not given keeps its default. Field names are unique
+    across the groups, so that an option's `dest` is its field's name wherever it lives."""
+    unknown = set(values) - _names(cls)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+    groups = _groups(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in groups:
+            group = groups[f.name]
+            kwargs[f.name] = group(
+                **{g.name: values[g.name] for g in dataclasses.fields(group) if g.name in values}
+            )
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def regrouped(settings: T, **values: Any) -> T:
+    """`settings` with the given settings changed, named flat as in `grouped` (tests and tools build a
+    variant this way: `regrouped(settings, node_name="n")`)."""
+    cls = type(settings)
+    unknown = set(values) - _names(cls)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+    changes: dict[str, Any] = {
+        k: v for k, v in values.items() if k not in _groups(cls) and hasattr(settings, k)
+    }
+    for name, group in _groups(cls).items():
+        mine = {g.name: values[g.name] for g in dataclasses.fields(group) if g.name in values}
+        if mine:
+            changes[name] = dataclasses.replace(getattr(settings, name), **mine)
+    return dataclasses.replace(settings, **changes)

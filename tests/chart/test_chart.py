@@ -251,12 +251,12 @@ def test_lockd_settings_in_the_chart_are_accepted_by_lockd(tmp_path: Path) -> No
 
     plain = {**values(by_kind(render(), "DaemonSet")), "STAGGER_POLICIES": str(tmp_path / "p.yaml")}
     settings = parse_settings([], plain)
-    assert settings.port == 9400
+    assert settings.server.port == 9400
     assert settings.standalone is False
     assert settings.anonymous_allowed is False
-    assert settings.max_queue == 1000
-    assert settings.controller_url == "https://demo-stagger-controller-leader.stagger.svc:443"
-    assert str(settings.controller_token_file) == "/var/run/stagger/controller-token/token"
+    assert settings.queue.max_queue == 1000
+    assert settings.groups.controller_url == "https://demo-stagger-controller-leader.stagger.svc:443"
+    assert str(settings.groups.controller_token_file) == "/var/run/stagger/controller-token/token"
     anonymous = values(by_kind(render("lockd.allowAnonymous=true"), "DaemonSet"))
     assert parse_settings([], {**anonymous, "STAGGER_POLICIES": "p.yaml"}).anonymous_allowed is True
 
@@ -285,7 +285,7 @@ def test_lockd_reads_load_from_the_hosts_proc_only_when_asked(
 
     daemonset = by_kind(render(*sets), "DaemonSet")
     plain = {**values(daemonset), "STAGGER_POLICIES": str(tmp_path / "p.yaml")}
-    assert parse_settings([], plain).proc_root == proc_root
+    assert parse_settings([], plain).node.proc_root == proc_root
     volumes = {v["name"]: v for v in pod_spec(daemonset)["volumes"]}
     if proc_root == Path("/proc"):
         assert "STAGGER_PROC_ROOT" not in plain

@@ -26,7 +26,7 @@ def metrics_port(workload: Doc) -> int:
     if workload["kind"] == "DaemonSet":
         from lockd.settings import parse_settings as lockd_settings
 
-        port: int = lockd_settings([], {**values(workload), "STAGGER_POLICIES": "p.yaml"}).port
+        port: int = lockd_settings([], {**values(workload), "STAGGER_POLICIES": "p.yaml"}).server.port
         return port
     from webhook.settings import parse_settings as controller_settings
 

@@ -95,7 +95,7 @@ def test_the_processes_accept_their_settings(files: tuple[Path, ...]) -> None:
     downward = {"POD_NAME": "p-1", "POD_NAMESPACE": NAMESPACE, "NODE_NAME": "node-1"}
     lockd = by_kind(docs, "DaemonSet")
     settings = lockd_settings([], {**values(lockd), **downward})
-    assert settings.port == container(lockd)["ports"][0]["containerPort"]
+    assert settings.server.port == container(lockd)["ports"][0]["containerPort"]
     controllers = [doc for doc in docs if doc["kind"] == "Deployment"]
     for controller in controllers:
         controller_settings([], {**values(controller), **downward})

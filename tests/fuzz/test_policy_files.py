@@ -15,7 +15,7 @@ import copy
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from lockd.nodepolicy import choose_node_policy
 from lockd.service import LockService
 from lockd.settings import Settings
 from stagger import policy, throttles
+from stagger.options import grouped, regrouped
 from stagger.policy import PolicyError, PolicyFile
 
 logger = logging.getLogger(__name__)
@@ -386,8 +387,11 @@ def test_a_bad_reload_keeps_the_last_good_policy_and_a_good_one_is_taken(tmp_pat
     load_path = tmp_path / "load.json"
     load_path.write_text(json.dumps({"cpuPercent": 5.0, "ioPercent": 0.0}))
     policy_path.write_text(VALID_TEXT)
-    settings_ = Settings(standalone=True, node_name="n", cores=4, load_file=load_path, policies=policy_path)
-    app = daemon.make_app(replace(settings_, node_labels=(("node-role", "x"),)))
+    settings_ = grouped(
+        Settings,
+        {"standalone": True, "node_name": "n", "cores": 4, "load_file": load_path, "policies": policy_path},
+    )
+    app = daemon.make_app(regrouped(settings_, node_labels=(("node-role", "x"),)))
     state, service = app[lockd_app.POLICY], app[lockd_app.SERVICE]
 
     @settings(FUZZ_SETTINGS, max_examples=RELOAD_EXAMPLES)
@@ -452,6 +456,14 @@ def test_lockd_refuses_to_start_on_a_bad_file_with_a_policy_error(
     policy_path.write_text(text)
     with pytest.raises(PolicyError) as raised:
         daemon.make_app(
-            Settings(standalone=True, cores=4, load_file=tmp_path / "none.json", policies=policy_path)
+            grouped(
+                Settings,
+                {
+                    "standalone": True,
+                    "cores": 4,
+                    "load_file": tmp_path / "none.json",
+                    "policies": policy_path,
+                },
+            )
         )
     assert named in str(raised.value)

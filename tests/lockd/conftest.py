@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lockd import daemon, server
 from lockd.settings import Settings
+from stagger.options import grouped, regrouped
 
 
 @dataclass
@@ -62,8 +63,8 @@ class LockdTestServer(TestServer):
     async def _make_runner(self, **kwargs: object) -> server.Runner:
         return server.make_runner(
             self.app,
-            header_timeout=self.settings.header_timeout,
-            shutdown_timeout=self.settings.shutdown_timeout,
+            header_timeout=self.settings.server.header_timeout,
+            shutdown_timeout=self.settings.server.shutdown_timeout,
             access_log=None,
         )
 
@@ -74,18 +75,21 @@ def start_lockd(aiohttp_client, tmp_path: Path) -> StartLockd:
         policy_path = tmp_path / "policies.yaml"
         load_path = tmp_path / "load.json"
         load_path.write_text(json.dumps({"cpuPercent": 5.0, "ioPercent": 0.0}))
-        settings = Settings(
-            standalone=True,
-            node_name="test-node",
-            cores=4,
-            load_file=load_path,
-            sample_interval=0.05,
-            reload_interval=0.1,
+        settings = grouped(
+            Settings,
+            {
+                "standalone": True,
+                "node_name": "test-node",
+                "cores": 4,
+                "load_file": load_path,
+                "sample_interval": 0.05,
+                "reload_interval": 0.1,
+            },
         )
         if policy_yaml is not None:
             policy_path.write_text(policy_yaml)
-            settings = replace(settings, policies=policy_path)
-        settings = replace(settings, **overrides)  # type: ignore[arg-type]
+            settings = regrouped(settings, policies=policy_path)
+        settings = regrouped(settings, **overrides)
         app = daemon.make_app(settings)
         client = await aiohttp_client(LockdTestServer(app, settings))
         return Lockd(client=client, app=app, policy_path=policy_path, load_path=load_path)

@@ -41,7 +41,7 @@ def proc_root(tmp_path: Path) -> Path:
     ],
 )
 def test_proc_root_setting(argv: list[str], environ: dict[str, str], expected: Path) -> None:
-    assert parse_settings(["--standalone", *argv], environ).proc_root == expected
+    assert parse_settings(["--standalone", *argv], environ).node.proc_root == expected
 
 
 def test_cpu_and_io_pressure_come_from_the_proc_root(proc_root: Path) -> None:

@@ -127,7 +127,7 @@ def test_max_long_poll_is_capped(value: str, accepted: bool) -> None:
     from lockd.settings import SettingsError, parse_settings
 
     if accepted:
-        assert parse_settings(["--standalone", "--max-long-poll", value], {}).max_long_poll == 300
+        assert parse_settings(["--standalone", "--max-long-poll", value], {}).queue.max_long_poll == 300
         return
     with pytest.raises(SettingsError, match=r"--max-long-poll: must be at most 5m"):
         parse_settings(["--standalone", "--max-long-poll", value], {})

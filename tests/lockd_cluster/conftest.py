@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from lockd.settings import Settings
 from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.kube import EVENTS, NODES, PODS, RestClient
 from stagger.names import Names
+from stagger.options import grouped
 from tests.waiting import eventually
 
 NAMES = Names()
@@ -130,17 +131,20 @@ def start_lockd(api: ApiServer, aiohttp_client, tmp_path: Path) -> StartLockd:
     async def start(policy_yaml: str, *, wait_ready: bool = True, **overrides: Any) -> ClusterLockd:
         policy_path = tmp_path / "policies.yaml"
         policy_path.write_text(policy_yaml)
-        settings = Settings(
-            standalone=False,
-            kubeconfig=kubeconfig,
-            node_name=NODE,
-            cores=4,
-            load_file=load,
-            sample_interval=0.05,
-            reload_interval=0.1,
-            policies=policy_path,
+        settings = grouped(
+            Settings,
+            {
+                "standalone": False,
+                "kubeconfig": kubeconfig,
+                "node_name": NODE,
+                "cores": 4,
+                "load_file": load,
+                "sample_interval": 0.05,
+                "reload_interval": 0.1,
+                "policies": policy_path,
+                **overrides,
+            },
         )
-        settings = replace(settings, **overrides)
         app = daemon.make_app(settings)
         lockd = ClusterLockd(client=await aiohttp_client(app), app=app, policy_path=policy_path)
         if wait_ready:
