@@ -46,25 +46,25 @@ def main(argv: list[str] | None = None) -> int:
     main_listener = serving.Listener(
         serving.make_runner(
             application,
-            header_timeout=settings.header_timeout,
-            shutdown_timeout=settings.shutdown_timeout,
+            header_timeout=settings.server.header_timeout,
+            shutdown_timeout=settings.server.shutdown_timeout,
             access_log=access_log,
             owner="the controller",
         ),
-        settings.host,
-        settings.port,
+        settings.server.host,
+        settings.server.port,
         ssl_context=certificate.context if certificate is not None else None,
     )
     probe_listener = serving.Listener(
         serving.make_runner(
             controller_app.make_probe_app(application),
-            header_timeout=settings.header_timeout,
-            shutdown_timeout=settings.shutdown_timeout,
+            header_timeout=settings.server.header_timeout,
+            shutdown_timeout=settings.server.shutdown_timeout,
             access_log=access_log,
             owner="the controller",
         ),
-        settings.probe_host,
-        settings.probe_port,
+        settings.server.probe_host,
+        settings.server.probe_port,
     )
     try:
         asyncio.run(

@@ -84,8 +84,8 @@ class Admission:
             policies=policy_file.staggering_policies,
             names=Names(settings.prefix),
             inject=admission.InjectSettings(
-                image=settings.image,
-                lockd_port=settings.lockd_port,
+                image=settings.inject.image,
+                lockd_port=settings.inject.lockd_port,
                 max_wait=admission.max_wait_for(policy_file),
                 unreachable_wait=admission.unreachable_wait_for(policy_file),
             ),
@@ -209,7 +209,10 @@ async def _read_review(request: web.Request, began: float) -> object | web.Respo
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(
-            request, began, 413, f"request body too large: at most {request.app[SETTINGS].max_body} bytes"
+            request,
+            began,
+            413,
+            f"request body too large: at most {request.app[SETTINGS].server.max_body} bytes",
         )
     try:
         body: object = json.loads(raw)
@@ -325,7 +328,7 @@ def status_document(app: web.Application, *, listen: str | None = None) -> dict[
     scheme = "https" if settings.tls else "http"
     return status.build_status(
         settings=settings,
-        listen=f"{scheme}://{listen or f'{settings.host}:{settings.port}'}",
+        listen=f"{scheme}://{listen or f'{settings.server.host}:{settings.server.port}'}",
         policy=app[POLICY],
         max_wait=app[ADMISSION].inject.max_wait,
         certificate=app.get(CERTIFICATE),
@@ -392,7 +395,7 @@ def check_files(app: web.Application) -> None:
 
 async def _watch_files(app: web.Application) -> AsyncIterator[None]:
     async def run() -> None:
-        interval = app[SETTINGS].reload_interval
+        interval = app[SETTINGS].policy.reload_interval
         while True:
             await asyncio.sleep(interval)
             try:
@@ -437,16 +440,21 @@ def make_app(settings: Settings) -> web.Application:
     file, `tls.CertificateError` for a certificate and key that cannot be served, and
     `token.TokenError` for an unreadable or empty token file. The listener's SSL context is
     `app[CERTIFICATE].context` (absent with --insecure-http)."""
-    state = PolicyWatcher.load(settings.policies, absent="none (no --policies)")
+    state = PolicyWatcher.load(settings.policy.policies, absent="none (no --policies)")
     app = web.Application(
-        client_max_size=settings.max_body,
-        middlewares=[_count_requests, serving.json_errors(max_body=settings.max_body, read_first=False)],
+        client_max_size=settings.server.max_body,
+        middlewares=[
+            _count_requests,
+            serving.json_errors(max_body=settings.server.max_body, read_first=False),
+        ],
     )
     if settings.tls:
-        assert settings.tls_cert is not None and settings.tls_key is not None  # checked by the settings
-        app[CERTIFICATE] = ServingCertificate.load(settings.tls_cert, settings.tls_key)
-    if settings.token_file is not None:
-        app[TOKEN] = TokenFile.load(settings.token_file)
+        assert (
+            settings.serving.tls_cert is not None and settings.serving.tls_key is not None
+        )  # checked by the settings
+        app[CERTIFICATE] = ServingCertificate.load(settings.serving.tls_cert, settings.serving.tls_key)
+    if settings.serving.token_file is not None:
+        app[TOKEN] = TokenFile.load(settings.serving.token_file)
     app[SETTINGS] = settings
     app[POLICY] = state
     app[METRICS] = Metrics()
@@ -473,8 +481,8 @@ def make_app(settings: Settings) -> web.Application:
         "controller: policy file %s (%d staggering policies), init client image %s, lockd port %d",
         state.source,
         len(state.policy_file.staggering_policies),
-        settings.image,
-        settings.lockd_port,
+        settings.inject.image,
+        settings.inject.lockd_port,
     )
     return app
 

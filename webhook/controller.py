@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 def cluster_config(settings: Settings) -> kube.ClusterConfig | None:
     """The API server to use: --kubeconfig (a bad one raises `kube.ConfigError`), else the in-cluster
     service account, else None (admission only)."""
-    if settings.kubeconfig is not None:
-        return kube.kubeconfig_config(settings.kubeconfig)
+    if settings.cluster.kubeconfig is not None:
+        return kube.kubeconfig_config(settings.cluster.kubeconfig)
     try:
         return kube.in_cluster_config()
     except kube.ConfigError:
@@ -68,22 +68,22 @@ def elect(
     def factory(
         app: web.Application, client: kube.RestClient
     ) -> tuple[groups.Leadership, Callable[[], Coroutine[Any, Any, None]] | None]:
-        if not settings.leader_elect:
+        if not settings.leader.leader_elect:
             logger.warning("--no-leader-elect: this replica always leads; run only one")
-            return groups.SoleLeader(identity=settings.identity), None
+            return groups.SoleLeader(identity=settings.leader.identity), None
         elector = leader.LeaderElector(
             client=client,
-            namespace=settings.lease_namespace,
-            name=settings.lease_name,
-            identity=settings.identity,
+            namespace=settings.leader.lease_namespace,
+            name=settings.leader.lease_name,
+            identity=settings.leader.identity,
             timings=leader.Timings(
-                lease_duration=settings.lease_duration,
-                renew_deadline=settings.renew_deadline,
-                retry_period=settings.retry_period,
+                lease_duration=settings.leader.lease_duration,
+                renew_deadline=settings.leader.renew_deadline,
+                retry_period=settings.leader.retry_period,
             ),
             names=app[admission_app.ADMISSION].names,
-            pod_name=settings.pod_name,
-            pod_namespace=settings.pod_namespace if settings.pod_name else None,
+            pod_name=settings.cluster.pod_name,
+            pod_namespace=settings.cluster.pod_namespace if settings.cluster.pod_name else None,
         )
         return elector, elector.run
 
@@ -119,12 +119,12 @@ def install(
         return
 
     settings = app[SETTINGS]
-    if settings.leader_ca_file is not None:
+    if settings.groups.leader_ca_file is not None:
         # Read now, so a missing or bad CA file is a start-up error naming the flag.
         try:
-            app[GROUPS].leader_ssl = ssl.create_default_context(cafile=str(settings.leader_ca_file))
+            app[GROUPS].leader_ssl = ssl.create_default_context(cafile=str(settings.groups.leader_ca_file))
         except (OSError, ssl.SSLError) as err:
-            raise ValueError(f"--leader-ca-file: cannot use {settings.leader_ca_file}: {err}") from err
+            raise ValueError(f"--leader-ca-file: cannot use {settings.groups.leader_ca_file}: {err}") from err
 
     async def run(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession() as session:
@@ -157,7 +157,7 @@ async def _running(
     evictions = EvictionReconciler(
         client=client,
         pacing=pacing,
-        backoff=app[SETTINGS].eviction_backoff,
+        backoff=app[SETTINGS].groups.eviction_backoff,
         counted=lambda basis: metrics.grants.labels(basis=basis).inc(),
         result=lambda result: metrics.evictions.labels(result=result).inc(),
         released=lambda record, reason, claim: _announce_eviction(watch, record, reason, claim),
@@ -177,7 +177,7 @@ async def _running(
         # Stop granting, let what was granted show on the pods, then give up the Lease (see the docstring).
         groups.stopping = True
         pacing.set_granting(False)
-        await drain_reservations(pacing, within=app[SETTINGS].grant_drain)
+        await drain_reservations(pacing, within=app[SETTINGS].groups.grant_drain)
         if election is not None:
             election.cancel()
             await asyncio.gather(election, return_exceptions=True)

@@ -13,7 +13,7 @@ import re
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagger import options
@@ -23,6 +23,7 @@ from stagger.options import (
     SettingsError,
     boolean,
     file_path,
+    grouped,
     host_port,
     http_url,
     label_prefix,
@@ -73,29 +74,61 @@ def _dns_label(text: str, name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Settings:
+class InjectionSettings:
+    """What admission injects into a pod: the init client's image, and the port of lockd it calls."""
+
     image: str  # the stagger image the injected init client runs from
+    lockd_port: int = 9400
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The TLS listener and the plain-HTTP probe listener: where, and what they take from a client."""
+
     host: str = "0.0.0.0"
     port: int = 9443
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    insecure_http: bool = False
-    policies: Path | None = None
-    token_file: Path | None = None
-    lockd_port: int = 9400
-    kubeconfig: Path | None = None
     probe_host: str = "0.0.0.0"
     probe_port: int = 9090
-    prefix: str = DEFAULT_PREFIX
-    reload_interval: float = 5.0
     shutdown_timeout: float = 5.0
-    grant_drain: float = 5.0
     # A connection must send a whole request within this, and an idle keep-alive connection is closed
     # after it.
     header_timeout: float = 10.0
     max_body: int = DEFAULT_MAX_BODY
-    log_level: str = "info"
-    # Leader election (webhook.leader): a coordination.k8s.io/v1 Lease with client-go's default timings.
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """What the TLS listener serves with: its certificate pair (or plain HTTP), and the token the group
+    grant API asks of lockd."""
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_http: bool = False
+    token_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy file and how often it (and the certificate and token files) is checked for changes."""
+
+    policies: Path | None = None
+    reload_interval: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The API server, and the controller's own pod (downward API), labelled `<prefix>/leader: "1"` while
+    it leads (None: no label)."""
+
+    kubeconfig: Path | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    """Leader election (webhook.leader): a coordination.k8s.io/v1 Lease with client-go's default timings."""
+
     leader_elect: bool = True
     lease_name: str = "stagger-controller"
     lease_namespace: str = "default"  # POD_NAMESPACE when set
@@ -104,9 +137,13 @@ class Settings:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
-    # The controller's own pod (downward API), labelled `<prefix>/leader: "1"` while it leads; None: no label.
-    pod_name: str | None = None
-    pod_namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The group part: the grants drained at shutdown, and evict mode's admission and evictions."""
+
+    grant_drain: float = 5.0
     # Evict mode: a replica that does not lead asks the leader (through the leader Service) at admission.
     leader_url: str | None = None
     leader_ca_file: Path | None = None
@@ -115,9 +152,26 @@ class Settings:
     # before evicting a pod again after the API server refused (429 without Retry-After, 5xx).
     eviction_backoff: float = 5.0
 
+
+@dataclass(frozen=True)
+class Settings:
+    """The controller's settings, grouped by part (as kopf groups its own). Each option's `dest` is its
+    field's name, unique across the groups: `stagger.options.grouped` builds this from flat values, and
+    `stagger.options.regrouped` changes some."""
+
+    inject: InjectionSettings
+    prefix: str = DEFAULT_PREFIX
+    log_level: str = "info"
+    server: ServerSettings = ServerSettings()
+    serving: ServingSettings = ServingSettings()
+    policy: PolicySettings = PolicySettings()
+    cluster: ClusterSettings = ClusterSettings()
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    groups: GroupSettings = GroupSettings()
+
     @property
     def tls(self) -> bool:
-        return not self.insecure_http
+        return not self.serving.insecure_http
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -250,13 +304,11 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             "only); for a local experiment without TLS, pass --insecure-http"
         )
     values["leader_elect"] = not values.pop("no_leader_elect", False)
-    known = {f.name for f in fields(Settings)}
-    settings = Settings(**{k: v for k, v in values.items() if k in known})
+    settings = grouped(Settings, values)
     _check_leader(settings)
-    if (settings.host, settings.port) == (settings.probe_host, settings.probe_port) and settings.port != 0:
-        raise SettingsError(
-            f"--probe-listen: must differ from --listen (both {settings.host}:{settings.port})"
-        )
+    server = settings.server
+    if (server.host, server.port) == (server.probe_host, server.probe_port) and server.port != 0:
+        raise SettingsError(f"--probe-listen: must differ from --listen (both {server.host}:{server.port})")
     return settings
 
 
@@ -267,19 +319,20 @@ def _check_leader(settings: Settings) -> None:
     """The leader must give up before its lease can expire for the others, and must be able to retry
     before it gives up (client-go's NewLeaderElector checks the same, with room for its 1.2 jitter on
     the retry period; webhook.leader does not jitter). The labelled pod needs both its name and namespace."""
-    if settings.renew_deadline >= settings.lease_duration:
+    leader, pod = settings.leader, settings.cluster
+    if leader.renew_deadline >= leader.lease_duration:
         raise SettingsError(
-            f"--renew-deadline: must be shorter than --lease-duration ({settings.renew_deadline:g}s >= "
-            f"{settings.lease_duration:g}s), or a leader that cannot renew would still lead when another "
+            f"--renew-deadline: must be shorter than --lease-duration ({leader.renew_deadline:g}s >= "
+            f"{leader.lease_duration:g}s), or a leader that cannot renew would still lead when another "
             "replica takes over"
         )
-    if settings.retry_period >= settings.renew_deadline:
+    if leader.retry_period >= leader.renew_deadline:
         raise SettingsError(
-            f"--retry-period: must be shorter than --renew-deadline ({settings.retry_period:g}s >= "
-            f"{settings.renew_deadline:g}s)"
+            f"--retry-period: must be shorter than --renew-deadline ({leader.retry_period:g}s >= "
+            f"{leader.renew_deadline:g}s)"
         )
-    if (settings.pod_name is None) != (settings.pod_namespace is None):
+    if (pod.pod_name is None) != (pod.pod_namespace is None):
         given, missing = ("--pod-name", "--pod-namespace")
-        if settings.pod_name is None:
+        if pod.pod_name is None:
             given, missing = missing, given
         raise SettingsError(f"{missing}: required with {given} (the pod labelled while it leads)")

@@ -82,8 +82,8 @@ def build_status(
     doc: dict[str, Any] = {
         "controller": {
             "listen": listen,
-            "image": settings.image,
-            "lockdPort": settings.lockd_port,
+            "image": settings.inject.image,
+            "lockdPort": settings.inject.lockd_port,
             "prefix": settings.prefix,
             "startedAt": format_rfc3339(started_at),
         },

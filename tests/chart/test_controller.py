@@ -54,13 +54,13 @@ def test_the_controller_runs_the_lockd_image_with_settings_it_accepts() -> None:
     assert container(controller)["args"] == ["webhook"]
     plain = values(controller)
     settings = parse_settings([], plain)
-    assert settings.image == lockd["image"]
-    assert (settings.host, settings.port) == ("0.0.0.0", 9443)
-    assert (settings.probe_host, settings.probe_port) == ("0.0.0.0", 9090)
-    assert settings.lockd_port == lockd["ports"][0]["hostPort"] == 9400
+    assert settings.inject.image == lockd["image"]
+    assert (settings.server.host, settings.server.port) == ("0.0.0.0", 9443)
+    assert (settings.server.probe_host, settings.server.probe_port) == ("0.0.0.0", 9090)
+    assert settings.inject.lockd_port == lockd["ports"][0]["hostPort"] == 9400
     assert settings.prefix == PREFIX
     assert settings.tls and settings.log_level == "info"
-    assert settings.token_file is not None and settings.policies is not None
+    assert settings.serving.token_file is not None and settings.policy.policies is not None
     downward = {
         name: item["valueFrom"]["fieldRef"]["fieldPath"]
         for name, item in env(controller).items()
@@ -96,13 +96,15 @@ def test_ports_probes_and_grace_period_follow_the_values(
     settings = parse_settings([], values(controller))
     ports = {p["name"]: p["containerPort"] for p in container(controller)["ports"]}
     assert ports == {"https": expected["port"], "probes": expected["probe_port"]}
-    assert (settings.port, settings.probe_port) == (expected["port"], expected["probe_port"])
+    assert (settings.server.port, settings.server.probe_port) == (expected["port"], expected["probe_port"])
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert container(controller)[probe]["httpGet"] == {"path": path, "port": "probes"}
-    assert settings.shutdown_timeout == expected["shutdown"]
-    assert settings.grant_drain == expected["drain"]
+    assert settings.server.shutdown_timeout == expected["shutdown"]
+    assert settings.groups.grant_drain == expected["drain"]
     grace = pod_spec(controller)["terminationGracePeriodSeconds"]
-    assert grace == expected["grace"] and grace > settings.shutdown_timeout + settings.grant_drain
+    assert (
+        grace == expected["grace"] and grace > settings.server.shutdown_timeout + settings.groups.grant_drain
+    )
     # Both Services reach the TLS listener by its port name.
     for name in (CONTROLLER, LEADER):
         assert named(render(*sets), "Service", name)["spec"]["ports"] == [
@@ -185,9 +187,9 @@ def test_the_controller_reads_the_evict_mode_settings() -> None:
     from webhook.settings import parse_settings
 
     settings = parse_settings([], values(deployment()))
-    assert settings.leader_url == f"https://{LEADER}.{NAMESPACE}.svc:443"
-    assert str(settings.leader_ca_file) == "/etc/stagger/ca/ca.crt"
-    assert settings.admit_timeout == 0.5
+    assert settings.groups.leader_url == f"https://{LEADER}.{NAMESPACE}.svc:443"
+    assert str(settings.groups.leader_ca_file) == "/etc/stagger/ca/ca.crt"
+    assert settings.groups.admit_timeout == 0.5
 
 
 @pytest.mark.parametrize(

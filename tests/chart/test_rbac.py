@@ -120,10 +120,10 @@ def test_the_lease_rule_names_the_lease_the_controller_uses() -> None:
     settings = parse_settings(
         [], {**values(named(docs, "Deployment", CONTROLLER)), "POD_NAMESPACE": NAMESPACE, "POD_NAME": "c-1"}
     )
-    assert (settings.lease_namespace, settings.lease_name) == (NAMESPACE, CONTROLLER)
+    assert (settings.leader.lease_namespace, settings.leader.lease_name) == (NAMESPACE, CONTROLLER)
     # Two releases in one namespace elect their leaders apart.
     other = parse_settings([], values(named(render_other(), "Deployment", "other-stagger-controller")))
-    assert other.lease_name != settings.lease_name
+    assert other.leader.lease_name != settings.leader.lease_name
 
 
 def render_other() -> list[Doc]:

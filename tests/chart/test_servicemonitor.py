@@ -30,7 +30,7 @@ def metrics_port(workload: Doc) -> int:
         return port
     from webhook.settings import parse_settings as controller_settings
 
-    probe: int = controller_settings([], values(workload)).probe_port
+    probe: int = controller_settings([], values(workload)).server.probe_port
     return probe
 
 

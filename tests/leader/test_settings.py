@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from stagger.options import grouped
 from webhook.leader import Timings
 from webhook.settings import Settings, SettingsError, parse_settings
 
@@ -17,27 +18,34 @@ REQUIRED = ["--image", "stagger:1", "--insecure-http"]
 
 def test_defaults_are_client_gos() -> None:
     settings = parse_settings(REQUIRED, {})
-    assert settings.lease_name == "stagger-controller"
-    assert settings.lease_namespace == "default"
-    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (15.0, 10.0, 2.0)
-    assert Timings(settings.lease_duration, settings.renew_deadline, settings.retry_period) == Timings()
-    assert settings.pod_name is settings.pod_namespace is None
+    assert settings.leader.lease_name == "stagger-controller"
+    assert settings.leader.lease_namespace == "default"
+    assert (settings.leader.lease_duration, settings.leader.renew_deadline, settings.leader.retry_period) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+    assert (
+        Timings(settings.leader.lease_duration, settings.leader.renew_deadline, settings.leader.retry_period)
+        == Timings()
+    )
+    assert settings.cluster.pod_name is settings.cluster.pod_namespace is None
 
 
 def test_identity_without_pod_name_is_the_host_name_plus_a_random_suffix() -> None:
-    first, second = parse_settings(REQUIRED, {}).identity, parse_settings(REQUIRED, {}).identity
+    first, second = parse_settings(REQUIRED, {}).leader.identity, parse_settings(REQUIRED, {}).leader.identity
     host = socket.gethostname()
     assert first.startswith(f"{host}_") and second.startswith(f"{host}_") and first != second
     # Random, so not part of a Settings' equality.
-    assert Settings(image="x") == Settings(image="x")
+    assert grouped(Settings, dict(image="x")) == grouped(Settings, dict(image="x"))
 
 
 def test_the_downward_api_variables() -> None:
     settings = parse_settings(
         REQUIRED, {"POD_NAME": "stagger-controller-7d9-abcde", "POD_NAMESPACE": "stagger"}
     )
-    assert settings.identity == settings.pod_name == "stagger-controller-7d9-abcde"
-    assert settings.lease_namespace == settings.pod_namespace == "stagger"
+    assert settings.leader.identity == settings.cluster.pod_name == "stagger-controller-7d9-abcde"
+    assert settings.leader.lease_namespace == settings.cluster.pod_namespace == "stagger"
 
 
 def test_flags_and_stagger_variables_win() -> None:
@@ -52,18 +60,34 @@ def test_flags_and_stagger_variables_win() -> None:
         "STAGGER_RETRY_PERIOD": "4s",
     }
     settings = parse_settings(REQUIRED, env)
-    assert (settings.identity, settings.lease_namespace, settings.lease_name) == ("id-2", "ns-2", "lease-2")
-    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (30.0, 20.0, 4.0)
-    assert (settings.pod_name, settings.pod_namespace) == ("pod-1", "ns-1")
+    assert (settings.leader.identity, settings.leader.lease_namespace, settings.leader.lease_name) == (
+        "id-2",
+        "ns-2",
+        "lease-2",
+    )
+    assert (settings.leader.lease_duration, settings.leader.renew_deadline, settings.leader.retry_period) == (
+        30.0,
+        20.0,
+        4.0,
+    )
+    assert (settings.cluster.pod_name, settings.cluster.pod_namespace) == ("pod-1", "ns-1")
     flags = [
         "--identity", "id-3", "--lease-namespace", "ns-3", "--lease-name", "lease-3",
         "--lease-duration", "1.5s", "--renew-deadline", "1s", "--retry-period", "200ms",
         "--pod-name", "pod-3", "--pod-namespace", "ns-4",
     ]  # fmt: skip
     settings = parse_settings([*REQUIRED, *flags], env)
-    assert (settings.identity, settings.lease_namespace, settings.lease_name) == ("id-3", "ns-3", "lease-3")
-    assert (settings.lease_duration, settings.renew_deadline, settings.retry_period) == (1.5, 1.0, 0.2)
-    assert (settings.pod_name, settings.pod_namespace) == ("pod-3", "ns-4")
+    assert (settings.leader.identity, settings.leader.lease_namespace, settings.leader.lease_name) == (
+        "id-3",
+        "ns-3",
+        "lease-3",
+    )
+    assert (settings.leader.lease_duration, settings.leader.renew_deadline, settings.leader.retry_period) == (
+        1.5,
+        1.0,
+        0.2,
+    )
+    assert (settings.cluster.pod_name, settings.cluster.pod_namespace) == ("pod-3", "ns-4")
 
 
 @pytest.mark.parametrize(

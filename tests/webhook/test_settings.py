@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stagger.names import DEFAULT_PREFIX
+from stagger.options import grouped
 from webhook.settings import DEFAULT_MAX_BODY, OPTIONS, Settings, SettingsError, build_parser, parse_settings
 
 TLS = ["--tls-cert", "c.pem", "--tls-key", "k.pem"]
@@ -17,17 +18,19 @@ REQUIRED = ["--image", "stagger:1", *TLS]
 
 def test_defaults() -> None:
     settings = parse_settings(REQUIRED, {})
-    assert settings == Settings(image="stagger:1", tls_cert=Path("c.pem"), tls_key=Path("k.pem"))
-    assert (settings.host, settings.port) == ("0.0.0.0", 9443)
-    assert (settings.probe_host, settings.probe_port) == ("0.0.0.0", 9090)
-    assert settings.lockd_port == 9400
-    assert settings.reload_interval == settings.shutdown_timeout == 5.0
-    assert settings.header_timeout == 10.0
-    assert settings.max_body == DEFAULT_MAX_BODY == 3 * 1024 * 1024
+    assert settings == grouped(
+        Settings, dict(image="stagger:1", tls_cert=Path("c.pem"), tls_key=Path("k.pem"))
+    )
+    assert (settings.server.host, settings.server.port) == ("0.0.0.0", 9443)
+    assert (settings.server.probe_host, settings.server.probe_port) == ("0.0.0.0", 9090)
+    assert settings.inject.lockd_port == 9400
+    assert settings.policy.reload_interval == settings.server.shutdown_timeout == 5.0
+    assert settings.server.header_timeout == 10.0
+    assert settings.server.max_body == DEFAULT_MAX_BODY == 3 * 1024 * 1024
     assert settings.prefix == DEFAULT_PREFIX
     assert settings.log_level == "info"
-    assert settings.policies is settings.token_file is settings.kubeconfig is None
-    assert settings.tls and not settings.insecure_http
+    assert settings.policy.policies is settings.serving.token_file is settings.cluster.kubeconfig is None
+    assert settings.tls and not settings.serving.insecure_http
 
 
 def test_every_flag() -> None:
@@ -49,24 +52,27 @@ def test_every_flag() -> None:
         ],
         {},
     )  # fmt: skip
-    assert settings == Settings(
-        image="stagger:1",
-        host="127.0.0.1",
-        port=8443,
-        tls_cert=Path("c.pem"),
-        tls_key=Path("k.pem"),
-        policies=Path("p.yaml"),
-        token_file=Path("token"),
-        lockd_port=9500,
-        kubeconfig=Path("kc"),
-        probe_host="::1",
-        probe_port=9091,
-        prefix="example.com",
-        reload_interval=0.25,
-        shutdown_timeout=20.0,
-        header_timeout=60.0,
-        max_body=65536,
-        log_level="debug",
+    assert settings == grouped(
+        Settings,
+        dict(
+            image="stagger:1",
+            host="127.0.0.1",
+            port=8443,
+            tls_cert=Path("c.pem"),
+            tls_key=Path("k.pem"),
+            policies=Path("p.yaml"),
+            token_file=Path("token"),
+            lockd_port=9500,
+            kubeconfig=Path("kc"),
+            probe_host="::1",
+            probe_port=9091,
+            prefix="example.com",
+            reload_interval=0.25,
+            shutdown_timeout=20.0,
+            header_timeout=60.0,
+            max_body=65536,
+            log_level="debug",
+        ),
     )
 
 
@@ -89,36 +95,39 @@ def test_every_option_from_the_environment() -> None:
         "STAGGER_LOG_LEVEL": "warning",
     }
     settings = parse_settings([], env)
-    assert settings == Settings(
-        image="stagger:2",
-        host="127.0.0.1",
-        port=1,
-        tls_cert=Path("/tls/tls.crt"),
-        tls_key=Path("/tls/tls.key"),
-        policies=Path("/etc/stagger/policies.yaml"),
-        token_file=Path("/token/token"),
-        lockd_port=9401,
-        kubeconfig=Path("/kc"),
-        probe_host="127.0.0.1",
-        probe_port=2,
-        prefix="stagger.example.org",
-        reload_interval=1.0,
-        shutdown_timeout=2.0,
-        header_timeout=3.0,
-        max_body=4096,
-        log_level="warning",
+    assert settings == grouped(
+        Settings,
+        dict(
+            image="stagger:2",
+            host="127.0.0.1",
+            port=1,
+            tls_cert=Path("/tls/tls.crt"),
+            tls_key=Path("/tls/tls.key"),
+            policies=Path("/etc/stagger/policies.yaml"),
+            token_file=Path("/token/token"),
+            lockd_port=9401,
+            kubeconfig=Path("/kc"),
+            probe_host="127.0.0.1",
+            probe_port=2,
+            prefix="stagger.example.org",
+            reload_interval=1.0,
+            shutdown_timeout=2.0,
+            header_timeout=3.0,
+            max_body=4096,
+            log_level="warning",
+        ),
     )
     # STAGGER_KUBECONFIG wins over KUBECONFIG; flags win over both.
-    assert parse_settings([], {**env, "STAGGER_KUBECONFIG": "/skc"}).kubeconfig == Path("/skc")
-    assert parse_settings(["--image", "flag:1", "--lockd-port", "1"], env).image == "flag:1"
-    assert parse_settings(["--lockd-port", "1"], env).lockd_port == 1
+    assert parse_settings([], {**env, "STAGGER_KUBECONFIG": "/skc"}).cluster.kubeconfig == Path("/skc")
+    assert parse_settings(["--image", "flag:1", "--lockd-port", "1"], env).inject.image == "flag:1"
+    assert parse_settings(["--lockd-port", "1"], env).inject.lockd_port == 1
 
 
 def test_insecure_http_needs_no_certificate_and_comes_from_the_environment() -> None:
     settings = parse_settings(["--image", "x"], {"STAGGER_INSECURE_HTTP": "true"})
-    assert settings.insecure_http and not settings.tls
-    assert settings.tls_cert is None
-    assert parse_settings(["--image", "x", "--insecure-http"], {}).insecure_http
+    assert settings.serving.insecure_http and not settings.tls
+    assert settings.serving.tls_cert is None
+    assert parse_settings(["--image", "x", "--insecure-http"], {}).serving.insecure_http
 
 
 def test_the_help_names_every_variable_and_what_is_required() -> None:
@@ -212,4 +221,4 @@ def test_a_stagger_variable_no_option_reads_is_an_error(variable: str, message: 
 def test_service_link_variables_kubernetes_sets_are_not_typos(variable: str) -> None:
     """A Service named like the release (`stagger-controller`) gives every container of its namespace
     these (enableServiceLinks); they must not stop the process."""
-    assert parse_settings(REQUIRED, {variable: "tcp://10.0.0.1:443"}).image == "stagger:1"
+    assert parse_settings(REQUIRED, {variable: "tcp://10.0.0.1:443"}).inject.image == "stagger:1"

@@ -94,7 +94,7 @@ async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAn
     if groups.off is not None:
         metrics.evict_admissions.labels(outcome="lock", basis="off").inc()
         return EvictAnswer(outcome="lock", reason=groups.off, now=now)
-    if groups.granting or await _until_granting(groups, within=app[SETTINGS].admit_timeout):
+    if groups.granting or await _until_granting(groups, within=app[SETTINGS].groups.admit_timeout):
         decision = groups.pacing.admit(
             pacer_groups=question.pacer_groups,
             bypassed_groups=question.bypassed_groups,
@@ -115,7 +115,7 @@ async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAn
         # Leading, but the counts were not rebuilt within --admit-timeout: nobody else can answer.
         reason = (
             "this replica leads but is still rebuilding its group counts from the API "
-            f"(waited --admit-timeout {app[SETTINGS].admit_timeout:g}s)"
+            f"(waited --admit-timeout {app[SETTINGS].groups.admit_timeout:g}s)"
         )
         logger.info("held a pod in evict mode: %s", reason)
         metrics.evict_admissions.labels(outcome="hold", basis="unanswered").inc()
@@ -153,8 +153,8 @@ async def _ask_leader(
     settings = app[SETTINGS]
     groups = app[GROUPS]
     token = app.get(TOKEN)
-    if settings.leader_url is None or groups.session is None or token is None:
-        why = "no --leader-url" if settings.leader_url is None else "no --token-file"
+    if settings.groups.leader_url is None or groups.session is None or token is None:
+        why = "no --leader-url" if settings.groups.leader_url is None else "no --token-file"
         reason = f"this replica does not lead and cannot ask the leader ({why})"
         logger.info("held a pod in evict mode: %s", reason)
         return EvictAnswer(outcome="hold", reason=reason, now=now), False
@@ -164,14 +164,14 @@ async def _ask_leader(
         "owner": question.owner,
         "dryRun": question.dry_run,
     }
-    url = settings.leader_url.rstrip("/") + contract.ADMIT_PATH
+    url = settings.groups.leader_url.rstrip("/") + contract.ADMIT_PATH
     try:
         async with groups.session.post(
             url,
             json=body,
             headers={"Authorization": f"Bearer {token.token.decode()}"},
             ssl=groups.leader_ssl if groups.leader_ssl is not None else True,
-            timeout=aiohttp.ClientTimeout(total=settings.admit_timeout),
+            timeout=aiohttp.ClientTimeout(total=settings.groups.admit_timeout),
         ) as response:
             answer = await response.json(content_type=None)
             if response.status != 200 or not isinstance(answer, dict):
@@ -206,7 +206,7 @@ async def admit(request: web.Request) -> web.Response:
     if (
         refused is not None
         and refused.status == 503
-        and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].admit_timeout / 2)
+        and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].groups.admit_timeout / 2)
     ):
         refused = None
     if refused is not None:
