@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 
+from lockd import app as lockd_app
 from lockd import daemon, server
 from lockd.settings import Settings, parse_settings
 from stagger import kube, policy, startup
@@ -39,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     settings, application = started
     runner = server.make_runner(
         application,
-        header_timeout=settings.server.header_timeout,
-        shutdown_timeout=settings.server.shutdown_timeout,
+        settings=settings.server,
+        metrics=application[lockd_app.METRICS],
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
     )
     try:

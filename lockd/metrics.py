@@ -147,6 +147,14 @@ class Metrics:
             "why",
         )
     )
+    connections_shed: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_connections_shed",
+            "Connections shed at --max-connections, by why: idleClosed (the oldest connection without a "
+            "request in progress closed for a new one), refused (all busy: the new one closed at once).",
+            "why",
+        )
+    )
     cpu_load: Gauge = field(
         default_factory=lambda: Gauge(
             "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading)."

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from lockd.metrics import Metrics
+from lockd.settings import ServerSettings
 from stagger import serving
 from stagger.serving import ListenError, Runner
 
@@ -24,14 +26,18 @@ __all__ = ["ListenError", "Runner", "make_runner", "serve"]
 
 
 def make_runner(
-    app: web.Application, *, header_timeout: float, shutdown_timeout: float, access_log: logging.Logger | None
+    app: web.Application, *, settings: ServerSettings, metrics: Metrics, access_log: logging.Logger | None
 ) -> Runner:
+    """lockd's runner: at most `--max-connections` open (`serving.ConnectionLimit`: the oldest idle one
+    closed for a new one, a new one refused when all are busy), each counted in
+    `stagger_lockd_connections_shed_total`."""
     return serving.make_runner(
         app,
-        header_timeout=header_timeout,
-        shutdown_timeout=shutdown_timeout,
+        header_timeout=settings.header_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
         access_log=access_log,
         owner="lockd",
+        limit=serving.ConnectionLimit(most=settings.max_connections, shed=metrics.connections_shed.count),
     )
 
 

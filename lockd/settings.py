@@ -62,6 +62,9 @@ class ServerSettings:
     # after it (a slow client cannot hold a connection open).
     header_timeout: float = 10.0
     max_body: int = 1024 * 1024
+    # Connections open at once: every pod of the node may reach lockd's host port, so a flood is bounded
+    # (about 17 KiB each while idle); far above a node's pods, each waiting with one long poll.
+    max_connections: int = 2048
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default 10s)", seconds(), "DURATION"),
     Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
            "largest request body in bytes; larger gets 413 (default 1048576)", whole(0), "BYTES"),
+    Option("--max-connections", ("STAGGER_MAX_CONNECTIONS",), "max_connections",
+           "connections open at once; beyond, the oldest idle one is closed for a new one, or the new one "
+           "refused when all are busy (default 2048)", whole(16), "N"),
     Option("--allow-anonymous", ("STAGGER_ALLOW_ANONYMOUS",), "allow_anonymous",
            "serve the pod-startup-lock path GET /?duration=S in cluster mode too (anonymous slots, at most "
            "holdTimeout each; on by default standalone only)", boolean),

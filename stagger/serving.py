@@ -33,7 +33,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from stagger.contracts.errors import ErrorBody
 
-__all__ = ["ListenError", "Listener", "Runner", "json_errors", "make_runner", "serve"]
+__all__ = ["ConnectionLimit", "ListenError", "Listener", "Runner", "json_errors", "make_runner", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,27 +77,72 @@ def _without_data(message: str) -> str:
     return kept.rstrip(": ")[:200] or "malformed request"
 
 
+@dataclass
+class ConnectionLimit:
+    """At most `most` connections open at once. When one more arrives, the oldest connection with no
+    request in progress (a flood's idle connection, or a keep-alive one between requests) is closed to
+    make room, so that a probe still gets in; when every connection has a request in progress (long polls:
+    pods waiting keep their places), the new one is refused at once, closed before it is read. Each is
+    reported to `shed` ("idleClosed", "refused")."""
+
+    most: int
+    shed: Callable[[str], None] = lambda why: None
+
+
 class _JsonErrorServer(web.Server):
     owner = "the server"
+    limit: ConnectionLimit | None = None
 
     def __call__(self) -> RequestHandler:
         handler = _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
         handler.owner = self.owner
         return handler
 
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        limit = self.limit
+        if limit is None or len(self._connections) <= limit.most:
+            return
+        # Oldest first (the dict keeps the order connections came in); aiohttp's own flag says whether
+        # a request is being read or handled on it.
+        idle = next(
+            (
+                (other, open_transport)
+                for other, open_transport in self._connections.items()
+                if other is not handler and not other._request_in_progress
+            ),
+            None,
+        )
+        if idle is not None:
+            idle[1].abort()
+            limit.shed("idleClosed")
+        else:
+            transport.abort()
+            limit.shed("refused")
+
 
 class Runner(web.AppRunner):
-    """An AppRunner whose connections answer malformed HTTP with JSON (see the module docstring).
-    `owner` names the process in the reason of a 500 ("see lockd's log")."""
+    """An AppRunner whose connections answer malformed HTTP with JSON (see the module docstring), and
+    that holds at most `limit` connections (None: no limit). `owner` names the process in the reason of
+    a 500 ("see lockd's log")."""
 
-    def __init__(self, app: web.Application, *, owner: str = "the server", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        owner: str = "the server",
+        limit: ConnectionLimit | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(app, **kwargs)
         self._owner = owner
+        self._limit = limit
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _JsonErrorServer
         cast(_JsonErrorServer, server).owner = self._owner
+        cast(_JsonErrorServer, server).limit = self._limit
         return server
 
 
@@ -108,10 +153,12 @@ def make_runner(
     shutdown_timeout: float,
     access_log: logging.Logger | None,
     owner: str = "the server",
+    limit: ConnectionLimit | None = None,
 ) -> Runner:
     return Runner(
         app,
         owner=owner,
+        limit=limit,
         handler_cancellation=True,
         keepalive_timeout=header_timeout,
         shutdown_timeout=shutdown_timeout,

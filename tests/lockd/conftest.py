@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from lockd import app as lockd_app
 from lockd import daemon, server
 from lockd.settings import Settings
 from stagger.options import grouped, regrouped
@@ -62,10 +63,7 @@ class LockdTestServer(TestServer):
 
     async def _make_runner(self, **kwargs: object) -> server.Runner:
         return server.make_runner(
-            self.app,
-            header_timeout=self.settings.server.header_timeout,
-            shutdown_timeout=self.settings.server.shutdown_timeout,
-            access_log=None,
+            self.app, settings=self.settings.server, metrics=self.app[lockd_app.METRICS], access_log=None
         )
 
 

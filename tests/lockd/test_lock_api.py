@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from lockd import app as lockd_app
 from tests.policies import limit_policy
 from tests.waiting import eventually
 
@@ -200,3 +201,35 @@ async def test_pod_startup_lock_compatibility(start_lockd) -> None:
 
     await eventually(freed, what="the anonymous slot to end after its duration")
     assert (await lockd.client.get("/", params={"duration": "zero"})).status == 400
+
+
+async def test_when_every_connection_is_busy_a_new_one_is_refused_at_once(start_lockd) -> None:
+    """--max-connections 16 and 16 pods long-polling in the queue: a 17th connection is closed before it
+    is read (refused, counted), and the waiters keep their places. (An idle connection would have been
+    closed for it instead: tests/lockd/test_server.py floods lockd with those.)"""
+    lockd = await start_lockd(limit_policy(1), max_connections=16)
+    assert (await lockd.lock("holder")).status == 200
+    polls = [asyncio.create_task(lockd.lock(f"w{n}", wait="30")) for n in range(16)]
+    queue = lockd.app[lockd_app.SERVICE].ledger.queue
+
+    async def all_polling() -> bool:
+        return len(queue) == 16 and all(waiter.polling for waiter in queue.values())
+
+    try:
+        await eventually(all_polling, what="16 long polls in progress")
+        host, port = lockd.client.server.host, lockd.client.server.port
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: lockd\r\n\r\n")
+        try:
+            answer = await asyncio.wait_for(reader.read(), timeout=5)
+        except ConnectionResetError:
+            answer = b""
+        finally:
+            writer.close()
+        assert answer == b""  # closed before a byte of an answer
+        assert lockd.app[lockd_app.METRICS].connections_shed.values == {"refused": 1}
+        assert len(queue) == 16
+    finally:
+        for poll in polls:
+            poll.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)

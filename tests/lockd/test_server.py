@@ -11,7 +11,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from lockd.__main__ import banner
 from lockd.settings import Settings
+from stagger.contracts.lock import RELEASE_TOKEN_HEADER
 from tests.policies import limit_policy
 from tests.processes import clean_env, free_port, get, wait_until_up
 
@@ -173,3 +176,67 @@ def test_a_state_file_is_only_for_standalone() -> None:
 
     with pytest.raises(SettingsError, match="--state-file: only for --standalone"):
         parse_settings(["--state-file", "/tmp/x.json", "--node-name", "n"], {})
+
+
+def _metric(port: int, name: str) -> dict[str, float]:
+    """A counter's values by label value, from lockd's /metrics."""
+    _, text = get(f"http://127.0.0.1:{port}/metrics")
+    prefix = f'{name}{{why="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def test_a_connection_flood_leaves_the_probes_fast_and_the_waiters_in_their_places(tmp_path: Path) -> None:
+    """5,000 idle connections against lockd with --max-connections 256: the oldest idle connections are
+    closed for the new ones (counted), /healthz answers at once, and the pod long-polling in the queue
+    keeps its place and gets the slot when the holder releases it."""
+    port = free_port()
+    policy = tmp_path / "policies.yaml"
+    policy.write_text(limit_policy(1))
+    base = f"http://127.0.0.1:{port}"
+    with running_lockd("--policies", str(policy), "--max-connections", "256", port=port):
+        status, granted = get(f"{base}/v1/lock?namespace=default&name=holder")
+        assert status == 200
+        token = json.loads(granted)["releaseToken"]
+        answer: dict[str, tuple[int, str]] = {}
+        waiter = threading.Thread(
+            target=lambda: answer.update(
+                waiter=get(f"{base}/v1/lock?namespace=default&name=waiter&wait=60", timeout=90)
+            ),
+            daemon=True,
+        )
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while "waiter" not in get(f"{base}/status")[1] and time.monotonic() < deadline:
+            time.sleep(0.05)  # a process's queue has no event to await from here
+        flood: list[socket.socket] = []
+        try:
+            for _ in range(5_000):
+                # Connected (the kernel's handshake, as lockd accepts), then never a byte sent.
+                flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            deadline = time.monotonic() + 60
+            while _metric(port, "stagger_lockd_connections_shed_total").get("idleClosed", 0) < 4_700:
+                assert time.monotonic() < deadline, _metric(port, "stagger_lockd_connections_shed_total")
+                time.sleep(0.1)
+            started = time.monotonic()
+            status, body = get(f"{base}/healthz", timeout=5)
+            took = time.monotonic() - started
+            assert status == 200 and took < 1.0, (status, body, took)  # generous: measured ~ms
+            queue = json.loads(get(f"{base}/status")[1])["queue"]
+            assert [(entry["name"], entry["position"]) for entry in queue] == [("waiter", 1)], queue
+        finally:
+            for sock in flood:
+                sock.close()
+        request = urllib.request.Request(
+            f"{base}/v1/lock?namespace=default&name=holder",
+            method="DELETE",
+            headers={RELEASE_TOKEN_HEADER: token},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+        waiter.join(timeout=30)
+        assert answer["waiter"][0] == 200, answer
+        assert "refused" not in _metric(port, "stagger_lockd_connections_shed_total")
