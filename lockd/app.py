@@ -463,21 +463,19 @@ async def _close_service(app: web.Application) -> None:
 def make_app(
     settings: Settings,
     *,
-    service: LockService,
     watcher: PolicyWatcher,
     cache: LoadCache,
     reader: load.LoadReader,
     metrics: Metrics,
 ) -> web.Application:
-    """The app around a built service: its state under typed keys, the routes and the background tasks
-    (load sampler, slot expiry, policy reload). `lockd.daemon.make_app` builds the parts and adds cluster
-    mode (`lockd.clustermode.install`)."""
+    """The app: its state under typed keys, the routes and the background tasks (load sampler, slot
+    expiry, policy reload). `lockd.daemon.make_app` builds the parts, and the service (`SERVICE`) with
+    its own: standalone at once, in cluster mode when the app starts (`lockd.clustermode`)."""
     app = web.Application(
         client_max_size=settings.server.max_body,
         middlewares=[serving.json_errors(max_body=settings.server.max_body, read_first=True)],
     )
     app[SETTINGS] = settings
-    app[SERVICE] = service
     app[METRICS] = metrics
     app[LOAD] = cache
     app[POLICY] = watcher
@@ -501,4 +499,17 @@ def make_app(
     return app
 
 
-__all__ = ["make_app", "node_labels", "publish_load", "reload_policy"]
+def log_start(app: web.Application) -> None:
+    """One line when lockd is ready to decide: its mode, node, node policy and why, cores."""
+    settings, service = app[SETTINGS], app[SERVICE]
+    logger.info(
+        "lockd (%s) for node %s: policy %s (%s), %d cores",
+        "standalone" if settings.standalone else "cluster",
+        settings.node.node_name,
+        service.node_policy.name,
+        service.active.why,
+        service.cores,
+    )
+
+
+__all__ = ["log_start", "make_app", "node_labels", "publish_load", "reload_policy"]

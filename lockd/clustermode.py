@@ -7,16 +7,31 @@ rebuilds the held slots from the pods before the first grant."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 import aiohttp
 from aiohttp import web
 
 from lockd import cluster, groups, heap, pods
-from lockd.app import CLUSTER, SERVICE, SETTINGS, ClusterState, choose_policy
-from lockd.service import LockService, Silent
+from lockd.app import (
+    CLUSTER,
+    LOAD,
+    METRICS,
+    POLICY,
+    SERVICE,
+    SETTINGS,
+    ClusterState,
+    choose_policy,
+    log_start,
+    node_labels,
+    policy_file_of,
+)
+from lockd.nodepolicy import choose_node_policy
+from lockd.service import LockService, Silent, build_service
 from lockd.settings import Settings
 from stagger import events, kube
 from stagger.informer import InformerSettings
@@ -27,44 +42,47 @@ __all__ = ["install"]
 logger = logging.getLogger(__name__)
 
 
-def install(app: web.Application) -> None:
-    """Raises `kube.ConfigError` when there is no way to reach the API server."""
+def install(app: web.Application, *, cores: int) -> None:
+    """Raises `kube.ConfigError` when there is no way to reach the API server. The service is built when
+    the app starts, before anything that uses it (its context runs first)."""
     settings = app[SETTINGS]
     app[CLUSTER] = ClusterState(config=kube.load_config(kubeconfig=settings.cluster.kubeconfig))
-    app.cleanup_ctx.append(_running)
+    app.cleanup_ctx.insert(0, functools.partial(_running, cores=cores))
 
 
 def _group_parts(
-    settings: Settings, *, session: aiohttp.ClientSession, service: LockService
+    settings: Settings, *, session: aiohttp.ClientSession, service: Callable[[], LockService]
 ) -> tuple[groups.GroupClient | None, groups.GroupWatch | None]:
     """The controller's group pacer service: the client that asks for a pod, and the wait stream that
-    says when a waiting pod's group may go on. None without `--controller-url`."""
-    if not settings.groups.controller_url:
+    says when a waiting pod's group may go on. None without `--controller-url`. (`service` is read when
+    the stream calls back: the service is built with the client as a part of its finisher.)"""
+    options = settings.groups
+    if not options.controller_url:
         return None, None
-    controller_ssl = groups.controller_ssl(settings.groups.controller_ca_file)
+    controller_ssl = groups.controller_ssl(options.controller_ca_file)
     client = groups.GroupClient(
         session=session,
-        url=settings.groups.controller_url,
-        token_file=settings.groups.controller_token_file,
-        timeout=settings.groups.controller_timeout,
+        url=options.controller_url,
+        token_file=options.controller_token_file,
+        timeout=options.controller_timeout,
         availability=groups.Availability(
-            unavailable_after=settings.groups.group_unavailable_after,
-            policy=cast(groups.FailurePolicy, settings.groups.group_failure_policy),
+            unavailable_after=options.group_unavailable_after,
+            policy=cast(groups.FailurePolicy, options.group_failure_policy),
         ),
-        clock=service.clock,
+        clock=time.monotonic,  # the service's clock
         ssl_context=controller_ssl,
     )
     watch = groups.GroupWatch(
         session=session,
-        url=settings.groups.controller_url,
-        token_file=settings.groups.controller_token_file,
+        url=options.controller_url,
+        token_file=options.controller_token_file,
         node=settings.node.node_name,
-        wait=settings.groups.group_wait,
-        timeout=settings.groups.controller_timeout,
-        aside=lambda: service.ledger.group_aside(service.clock()),
-        on_grantable=service.wake_waiters,
-        on_unhealthy=lambda: service.ledger.cap_group_aside(
-            service.clock() + groups.UNREACHABLE_RETRY_SECONDS
+        wait=options.group_wait,
+        timeout=options.controller_timeout,
+        aside=lambda: service().ledger.group_aside(service().clock()),
+        on_grantable=lambda keys: service().wake_waiters(keys),
+        on_unhealthy=lambda: service().ledger.cap_group_aside(
+            service().clock() + groups.UNREACHABLE_RETRY_SECONDS
         ),
         ssl_context=controller_ssl,
     )
@@ -88,8 +106,8 @@ async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> N
     )
 
 
-async def _running(app: web.Application) -> AsyncIterator[None]:
-    settings, service, state = app[SETTINGS], app[SERVICE], app[CLUSTER]
+async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
+    settings, state = app[SETTINGS], app[CLUSTER]
     names = Names(settings.cluster.prefix)
     async with aiohttp.ClientSession() as session:
         client = kube.RestClient(session=session, config=state.config)
@@ -100,24 +118,36 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
             own_pod=settings.cluster.own_pod,
             informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
         )
-        group_client, group_watch = _group_parts(settings, session=session, service=service)
+        group_client, group_watch = _group_parts(settings, session=session, service=lambda: app[SERVICE])
         state.view, state.group_watch = view, group_watch
         recorder = events.EventRecorder(client=client) if settings.cluster.events else None
-        # The parts that need the session (made here, in the running loop, as aiohttp asks).
-        service.node_state = view
-        service.finisher = cluster.ClusterFinisher(
-            client=client,
-            view=view,
-            groups=group_client,
-            names=names,
-            watch=group_watch,
-            recheck=settings.groups.group_recheck,
+        # The service with its parts, which need the session (made here, in the running loop, as aiohttp
+        # asks); its node policy chosen by the labels given until the Node is listed (`_sync`).
+        watcher = app[POLICY]
+        app[SERVICE] = service = build_service(
+            settings,
+            active=choose_node_policy(
+                policy_file=policy_file_of(watcher), source=watcher.source, node_labels=node_labels(app)
+            ),
+            cores=cores,
+            metrics=app[METRICS],
+            load=app[LOAD].get,
+            node_state=view,
+            finisher=cluster.ClusterFinisher(
+                client=client,
+                view=view,
+                groups=group_client,
+                names=names,
+                watch=group_watch,
+                recheck=settings.groups.group_recheck,
+            ),
+            announcer=(
+                cluster.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=time.time)
+                if recorder is not None
+                else Silent()
+            ),
         )
-        service.announcer = (
-            cluster.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=service.wall)
-            if recorder is not None
-            else Silent()
-        )
+        log_start(app)
         cluster.follow_pods(view, service)
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
         tasks = [

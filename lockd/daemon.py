@@ -17,7 +17,7 @@ from lockd import app as lockd_app
 from lockd import heap, ledger, load, statefile
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
-from lockd.service import LockService
+from lockd.service import build_service
 from lockd.settings import Settings
 from stagger.policywatch import PolicyWatcher
 
@@ -71,13 +71,21 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
     cache = lockd_app.LoadCache(sample=reader.read())
     metrics = Metrics()
     lockd_app.publish_load(metrics, cache.sample)
-    clock, wall = time.monotonic, time.time
+    app = lockd_app.make_app(settings, watcher=watcher, cache=cache, reader=reader, metrics=metrics)
+    if not settings.standalone:
+        from lockd import clustermode
+
+        # The service is built when the app starts, with the parts that need the API server's session;
+        # the heap is trimmed once the node's pods are listed.
+        clustermode.install(app, cores=cores)
+        return app
     saved, persist = (
-        _saved_slots(settings.queue.state_file, clock=clock, wall=wall)
+        _saved_slots(settings.queue.state_file, clock=time.monotonic, wall=time.time)
         if settings.queue.state_file is not None
         else ([], None)
     )
-    service = LockService(
+    service = build_service(
+        settings,
         active=choose_node_policy(
             policy_file=lockd_app.policy_file_of(watcher),
             source=watcher.source,
@@ -85,34 +93,14 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         ),
         cores=cores,
         metrics=metrics,
-        waiter_idle_timeout=settings.queue.waiter_idle_timeout,
         load=cache.get,
-        # Cluster mode: no grant before the node's pods are listed and their slots rebuilt.
-        ready=settings.standalone,
-        max_queue=settings.queue.max_queue,
         persist=persist,
-        clock=clock,
-        wall=wall,
     )
     for slot in saved:
         service.ledger.restore(slot)
     if persist is not None:
         persist(list(service.ledger.slots.values()))
-    app = lockd_app.make_app(
-        settings, service=service, watcher=watcher, cache=cache, reader=reader, metrics=metrics
-    )
-    if settings.standalone:
-        app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
-    else:
-        from lockd import clustermode
-
-        clustermode.install(app)  # trims the heap once the node's pods are listed
-    logger.info(
-        "lockd (%s) for node %s: policy %s (%s), %d cores",
-        "standalone" if settings.standalone else "cluster",
-        settings.node.node_name,
-        service.node_policy.name,
-        service.active.why,
-        cores,
-    )
+    app[lockd_app.SERVICE] = service
+    app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
+    lockd_app.log_start(app)
     return app

@@ -26,6 +26,7 @@ from lockd import ledger
 from lockd.metrics import Metrics
 from lockd.nodepolicy import ActivePolicy
 from lockd.pods import HeldSlot, Stage
+from lockd.settings import Settings
 from stagger import policy, throttles
 from stagger.waiting import wait_event
 
@@ -582,3 +583,34 @@ class LockService:
         self.closing = True
         for wakeup, _ in self._polls.values():
             wakeup.notify()
+
+
+def build_service(
+    settings: Settings,
+    *,
+    active: ActivePolicy,
+    cores: int,
+    metrics: Metrics,
+    load: Callable[[], throttles.LoadSample],
+    persist: Callable[[list[ledger.Slot]], None] | None = None,
+    node_state: NodeState | None = None,
+    finisher: Finisher | None = None,
+    announcer: Announcer | None = None,
+) -> LockService:
+    """The service for these settings, with its parts: the state file's `persist` standalone; in cluster
+    mode the node's pods (`node_state`), the grant finisher and the Event announcer, which need the API
+    server's session and so are made when the app starts (`lockd.clustermode`). A cluster-mode service
+    grants nothing before the node's pods are listed and their slots rebuilt (`ready`)."""
+    return LockService(
+        active=active,
+        cores=cores,
+        metrics=metrics,
+        waiter_idle_timeout=settings.queue.waiter_idle_timeout,
+        load=load,
+        ready=settings.standalone,
+        max_queue=settings.queue.max_queue,
+        persist=persist,
+        node_state=node_state,
+        finisher=finisher,
+        announcer=announcer,
+    )
