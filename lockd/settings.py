@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagger import options
@@ -31,6 +31,7 @@ from stagger.options import (
     text,
     whole,
 )
+from stagger.policywatch import PolicySettings
 
 __all__ = [
     "MAX_LONG_POLL_LIMIT",
@@ -94,14 +95,6 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
-class PolicySettings:
-    """The policy file and how often it is checked for changes."""
-
-    policies: Path | None = None
-    reload_interval: float = 5.0
-
-
-@dataclass(frozen=True)
 class ClusterSettings:
     """Cluster mode: the API server, the names on pods, this lockd's own pod, Events."""
 
@@ -136,7 +129,7 @@ class Settings:
     server: ServerSettings = ServerSettings()
     node: NodeSettings = NodeSettings()
     queue: QueueSettings = QueueSettings()
-    policy: PolicySettings = PolicySettings()
+    policy: PolicySettings = field(default_factory=PolicySettings)
     cluster: ClusterSettings = ClusterSettings()
     groups: GroupSettings = GroupSettings()
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from stagger import policy
 
-__all__ = ["PolicyWatcher", "ReloadResult", "Subscriber"]
+__all__ = ["PolicySettings", "PolicyWatcher", "ReloadResult", "Subscriber"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,15 @@ ReloadResult = Literal["unchanged", "reloaded", "failed"]
 
 Subscriber = Callable[[policy.PolicyFile], None]
 """Called with the new policy file right after a reload replaced the one in force."""
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Where the policy file is (None: none) and how often it is checked for changes: the same for lockd
+    and the controller (whose check also covers its certificate and token files)."""
+
+    policies: Path | None = None
+    reload_interval: float = 5.0
 
 
 def _digest(text: str) -> str:

@@ -33,6 +33,7 @@ from stagger.options import (
     text,
     whole,
 )
+from stagger.policywatch import PolicySettings
 
 __all__ = ["DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "build_parser", "parse_settings"]
 
@@ -108,14 +109,6 @@ class ServingSettings:
 
 
 @dataclass(frozen=True)
-class PolicySettings:
-    """The policy file and how often it (and the certificate and token files) is checked for changes."""
-
-    policies: Path | None = None
-    reload_interval: float = 5.0
-
-
-@dataclass(frozen=True)
 class ClusterSettings:
     """The API server, and the controller's own pod (downward API), labelled `<prefix>/leader: "1"` while
     it leads (None: no label)."""
@@ -164,7 +157,7 @@ class Settings:
     log_level: str = "info"
     server: ServerSettings = ServerSettings()
     serving: ServingSettings = ServingSettings()
-    policy: PolicySettings = PolicySettings()
+    policy: PolicySettings = field(default_factory=PolicySettings)
     cluster: ClusterSettings = ClusterSettings()
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     groups: GroupSettings = GroupSettings()
