@@ -24,7 +24,6 @@ from stagger.options import (
     host_port,
     http_url,
     key_values,
-    label_prefix,
     one_of,
     read_options,
     seconds,
@@ -172,9 +171,7 @@ OPTIONS: tuple[Option, ...] = (
            "how often the policy file is checked for changes (default 5s)", seconds(), "DURATION"),
     Option("--shutdown-timeout", ("STAGGER_SHUTDOWN_TIMEOUT",), "shutdown_timeout",
            "time allowed to finish requests on SIGTERM (default 5s)", seconds(), "DURATION"),
-    Option("--header-timeout", ("STAGGER_HEADER_TIMEOUT",), "header_timeout",
-           "a connection must send a whole request within this, and idle connections close after it "
-           "(default 10s)", seconds(), "DURATION"),
+    options.HEADER_TIMEOUT,
     Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
            "largest request body in bytes; larger gets 413 (default 1048576)", whole(0), "BYTES"),
     Option("--max-connections", ("STAGGER_MAX_CONNECTIONS",), "max_connections",
@@ -188,8 +185,7 @@ OPTIONS: tuple[Option, ...] = (
            file_path, "FILE"),
     Option("--kubeconfig", ("STAGGER_KUBECONFIG", "KUBECONFIG"), "kubeconfig",
            "cluster mode: kubeconfig to reach the API server (default: in-cluster service account)", file_path, "FILE"),
-    Option("--prefix", ("STAGGER_PREFIX",), "prefix", f"label/annotation prefix (default {DEFAULT_PREFIX})",
-           label_prefix, "PREFIX"),
+    options.PREFIX,
     Option("--controller-url", ("STAGGER_CONTROLLER_URL",), "controller_url",
            "cluster mode: the controller's group pacer service, e.g. https://stagger-controller.stagger:8443",
            http_url, "URL"),
@@ -213,8 +209,7 @@ OPTIONS: tuple[Option, ...] = (
            "controller unreachable: open = node throttles alone decide (default), closed = grouped pods wait",
            one_of("open", "closed"), "open|closed"),
     Option("--no-events", ("STAGGER_NO_EVENTS",), "no_events", "do not write Events on pods", boolean),
-    Option("--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",
-           one_of("debug", "info", "warning", "error"), "LEVEL"),
+    options.LOG_LEVEL,
 )  # fmt: skip
 
 

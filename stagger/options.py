@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from stagger import addresses, durations
-from stagger.names import Names
+from stagger.names import DEFAULT_PREFIX, Names
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
+    "HEADER_TIMEOUT",
+    "LOG_LEVEL",
+    "PREFIX",
     "Option",
     "Parse",
     "SettingsError",
@@ -166,6 +169,22 @@ class Option:
     help: str
     parse: Parse
     metavar: str | None = None  # None: a switch (flag without a value; its variable takes true/false)
+
+
+# Options that lockd and the controller share, defined once.
+HEADER_TIMEOUT = Option(
+    "--header-timeout", ("STAGGER_HEADER_TIMEOUT",), "header_timeout",
+    "a connection must send a whole request within this, and idle connections close after it (default 10s)",
+    seconds(), "DURATION",
+)  # fmt: skip
+PREFIX = Option(
+    "--prefix", ("STAGGER_PREFIX",), "prefix", f"label/annotation prefix (default {DEFAULT_PREFIX})",
+    label_prefix, "PREFIX",
+)  # fmt: skip
+LOG_LEVEL = Option(
+    "--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",
+    one_of("debug", "info", "warning", "error"), "LEVEL",
+)  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
