@@ -8,12 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER
+from stagger.objectnames import is_dns1123_label, is_dns1123_subdomain, is_uid
 
-# Kubernetes object names: a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain. Always used with
-# `fullmatch`: `re.match` with `$` would accept a trailing newline.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 # Seconds are plain decimal digits: Python's float() would also take "1_0", "1e3", " 5", "inf" and "nan".
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")
 
@@ -46,11 +42,11 @@ def pod_identity(query: Mapping[str, str]) -> tuple[str, str]:
     namespace, name = query.get("namespace", ""), query.get("name", "")
     if not namespace:
         raise BadRequest("namespace: required")
-    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+    if not is_dns1123_label(namespace):
         raise BadRequest(f"namespace: not a valid Kubernetes namespace name (got {namespace!r})")
     if not name:
         raise BadRequest("name: required")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_dns1123_subdomain(name):
         raise BadRequest(f"name: not a valid Kubernetes pod name (got {name!r})")
     return namespace, name
 
@@ -59,7 +55,7 @@ def pod_uid(query: Mapping[str, str]) -> str:
     """The optional `uid`, "" when absent. Checked on DELETE as on a lock request (it was taken unchecked
     there, so a uid no pod can have answered 403/404 instead of the 400 every other bad parameter gets)."""
     uid = query.get("uid", "")
-    if uid and not _UID.fullmatch(uid):
+    if uid and not is_uid(uid):
         raise BadRequest(f"uid: not a valid Kubernetes uid (got {uid!r})")
     return uid
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeGuard, get_args
 
+from stagger.objectnames import is_dns1123_subdomain
+
 __all__ = [
     "LabelSelector",
     "Operator",
@@ -26,10 +28,7 @@ Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 OPERATORS: tuple[Operator, ...] = get_args(Operator)
 
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
-_DNS_LABEL = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _NAME_MAX = 63
-_PREFIX_MAX = 253
 _NAME_CHARS = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
 _SIMPLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
@@ -46,7 +45,7 @@ def label_key_problem(key: object) -> str | None:
     if slash:
         if not prefix:
             return "label key prefix must not be empty"
-        if len(prefix) > _PREFIX_MAX or not _DNS_SUBDOMAIN.fullmatch(prefix):
+        if not is_dns1123_subdomain(prefix):
             return "label key prefix must be a lowercase DNS subdomain like 'example.com'"
     if not name:
         return "label key name must not be empty"

@@ -9,7 +9,6 @@ after the table.
 from __future__ import annotations
 
 import argparse
-import re
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,12 @@ from pathlib import Path
 
 from stagger import options
 from stagger.names import DEFAULT_PREFIX
+from stagger.objectnames import (
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN_MAX,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 from stagger.options import (
     Option,
     SettingsError,
@@ -46,15 +51,14 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
 
 
-# Kubernetes object names, always matched with `fullmatch`: a namespace is a DNS-1123 label, a Lease or
-# pod name a DNS-1123 subdomain.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _object_name(text: str, name: str, pattern: re.Pattern[str], longest: int) -> str:
-    if len(text) > longest or not pattern.fullmatch(text):
-        allowed = "letters, digits, '-' or '.'" if pattern is _DNS_SUBDOMAIN else "letters, digits or '-'"
+def _object_name(text: str, name: str, *, subdomain: bool) -> str:
+    valid, longest = (
+        (is_dns1123_subdomain(text), DNS1123_SUBDOMAIN_MAX)
+        if subdomain
+        else (is_dns1123_label(text), DNS1123_LABEL_MAX)
+    )
+    if not valid:
+        allowed = "letters, digits, '-' or '.'" if subdomain else "letters, digits or '-'"
         raise SettingsError(
             f"{name}: must be at most {longest} lowercase {allowed}, starting and ending with a letter or digit "
             f"(got {text!r})"
@@ -64,12 +68,12 @@ def _object_name(text: str, name: str, pattern: re.Pattern[str], longest: int) -
 
 def _dns_subdomain(text: str, name: str) -> str:
     """A Lease or pod name."""
-    return _object_name(text, name, _DNS_SUBDOMAIN, 253)
+    return _object_name(text, name, subdomain=True)
 
 
 def _dns_label(text: str, name: str) -> str:
     """A namespace."""
-    return _object_name(text, name, _DNS_LABEL, 63)
+    return _object_name(text, name, subdomain=False)
 
 
 @dataclass(frozen=True)

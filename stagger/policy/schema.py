@@ -6,13 +6,13 @@ treated as absent (YAML `holdTimeout:` with no value means "use the default").""
 from __future__ import annotations
 
 import math
-import re
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from stagger.durations import DurationError, parse_duration
+from stagger.objectnames import is_dns1123_label
 from stagger.selectors import parse_label_selector
 
 if TYPE_CHECKING:
@@ -39,9 +39,6 @@ __all__ = ["MAX_INTEGER", "Check", "got_text", "parse_policy_file"]
 
 
 Check = Callable[[object, str, list[str]], Any]
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 def got_text(value: object) -> str:
@@ -131,7 +128,7 @@ def _one_of(*choices: str) -> Check:
 
 
 def _dns_label(value: object, path: str, errors: list[str]) -> Any:
-    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+    if not isinstance(value, str) or not is_dns1123_label(value):
         return _error(
             errors,
             path,
