@@ -31,7 +31,8 @@ from lockd.app import (
     policy_file_of,
 )
 from lockd.nodepolicy import choose_node_policy
-from lockd.service import LockService, Silent, build_service
+from lockd.parts import Silent
+from lockd.service import LockService, build_service
 from lockd.settings import Settings
 from stagger import events, kube
 from stagger.informer import InformerSettings

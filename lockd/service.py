@@ -20,11 +20,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Literal
 
 from lockd import ledger
 from lockd.metrics import Metrics
 from lockd.nodepolicy import ActivePolicy
+from lockd.parts import Announcer, Finisher, NodeState, NoNodeState, Silent
 from lockd.pods import HeldSlot, Stage
 from lockd.settings import Settings
 from stagger import policy, throttles
@@ -56,42 +57,6 @@ def daemonset_verdict(waiting: list[str]) -> throttles.Verdict:
         throttle="daemonSets",
         retry_after=DAEMONSET_RETRY_SECONDS,
     )
-
-
-class NodeState(Protocol):
-    """What the pods on the node say beyond the slots lockd holds (cluster mode)."""
-
-    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int: ...
-
-    def daemonsets_waiting(self) -> list[str]: ...
-
-
-class Finisher(Protocol):
-    """Completes a reserved grant (asks the group pacer, records the grant on the pod) or says why not."""
-
-    async def finish(self, slot: ledger.Slot, *, wall: float) -> throttles.Verdict: ...
-
-
-class Announcer(Protocol):
-    def waiting(self, waiter: ledger.Waiter) -> None: ...
-
-    def granted(self, slot: ledger.Slot, *, node_policy: policy.NodePolicy) -> None: ...
-
-
-class NoNodeState:
-    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
-        return 0
-
-    def daemonsets_waiting(self) -> list[str]:
-        return []
-
-
-class Silent:
-    def waiting(self, waiter: ledger.Waiter) -> None:
-        return None
-
-    def granted(self, slot: ledger.Slot, *, node_policy: policy.NodePolicy) -> None:
-        return None
 
 
 EndReason = Literal["released", "ready", "finished", "deleted"]
