@@ -5,10 +5,12 @@ parts of stagger read."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -127,12 +129,16 @@ class ClusterConfig:
     verify: bool = True
     # Bound service account tokens rotate (about hourly); re-reading the file this often keeps us current.
     token_refresh_seconds: float = 60.0
+    # Built once where the files it was built from are gone since (a kubeconfig's embedded key).
+    tls: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
             return False
         if not self.verify:
             return False
+        if self.tls is not None:
+            return self.tls
         context = ssl.create_default_context(
             cafile=str(self.ca_file) if self.ca_file else None, cadata=self.ca_data or None
         )
@@ -247,26 +253,46 @@ def official_kubeconfig_config(path: Path, *, context: str | None = None) -> Clu
     if not path.exists():
         raise ConfigError(f"kubeconfig {path} does not exist")
     configuration = k8s_client.Configuration()
-    try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(path), context=context, client_configuration=configuration
+    # The loader writes a kubeconfig's embedded CA, certificate and key to files, by default in /tmp,
+    # removed only when the interpreter exits normally: a killed lockd or controller left its client key
+    # behind (found in /tmp after the real-control-plane tests). They go in a private folder instead,
+    # read once into the TLS context, and the folder is removed before this returns.
+    with tempfile.TemporaryDirectory(prefix="stagger-kubeconfig-") as private:
+        try:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(path),
+                context=context,
+                client_configuration=configuration,
+                temp_file_path=private,
+            )
+        except Exception as err:  # the loader raises a variety of types for a bad file
+            raise ConfigError(f"kubeconfig {path}: {err}") from err
+        authorization = (configuration.api_key or {}).get("authorization") or configuration.api_key.get(
+            "BearerToken"
         )
-    except Exception as err:  # the loader raises a variety of types for a bad file
-        raise ConfigError(f"kubeconfig {path}: {err}") from err
-    authorization = (configuration.api_key or {}).get("authorization") or configuration.api_key.get(
-        "BearerToken"
-    )
-    token = None
-    if authorization:
-        token = str(authorization).removeprefix("Bearer ").strip()
-    return ClusterConfig(
-        server=str(configuration.host).rstrip("/"),
-        token=token,
-        ca_file=Path(configuration.ssl_ca_cert) if configuration.ssl_ca_cert else None,
-        client_cert=Path(configuration.cert_file) if configuration.cert_file else None,
-        client_key=Path(configuration.key_file) if configuration.key_file else None,
-        verify=bool(configuration.verify_ssl),
-    )
+        token = None
+        if authorization:
+            token = str(authorization).removeprefix("Bearer ").strip()
+        loaded = ClusterConfig(
+            server=str(configuration.host).rstrip("/"),
+            token=token,
+            ca_file=Path(configuration.ssl_ca_cert) if configuration.ssl_ca_cert else None,
+            client_cert=Path(configuration.cert_file) if configuration.cert_file else None,
+            client_key=Path(configuration.key_file) if configuration.key_file else None,
+            verify=bool(configuration.verify_ssl),
+        )
+        written = [
+            each for each in (loaded.ca_file, loaded.client_cert, loaded.client_key) if each is not None
+        ]
+        if not any(each.is_relative_to(private) for each in written):
+            return loaded  # files of the user's, named by the kubeconfig: read as usual
+        try:
+            tls = loaded.ssl_context()
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(f"kubeconfig {path}: cannot use its certificates: {err}") from err
+    if not isinstance(tls, ssl.SSLContext):  # plain HTTP, or verification off: no TLS context to keep
+        return dataclasses.replace(loaded, ca_file=None, client_cert=None, client_key=None)
+    return dataclasses.replace(loaded, ca_file=None, client_cert=None, client_key=None, tls=tls)
 
 
 def load_config(*, kubeconfig: Path | None) -> ClusterConfig:

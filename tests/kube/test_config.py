@@ -113,3 +113,49 @@ def test_a_plain_kubeconfig_reads_as_the_official_loader_reads_it(tmp_path: Path
     assert plain is not None
     assert plain == kube.official_kubeconfig_config(path)
     assert kube.load_config(kubeconfig=path) == plain
+
+
+async def test_a_kubeconfig_with_an_embedded_key_leaves_no_file_behind(
+    tmp_path: Path, aiohttp_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubeconfig with its CA, client certificate and key embedded (as the real control plane's admin
+    kubeconfig is): the official loader writes them to files; they are read once into the TLS context and
+    removed before the config is returned, so a killed lockd or controller leaves no key in the temporary
+    folder. The context still presents the certificate to a server that requires one."""
+    import base64
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    ca = trustme.CA()
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ssl)
+    server_ssl.verify_mode = ssl.CERT_REQUIRED
+    ca.configure_trust(server_ssl)
+    client_pair = ca.issue_cert("kubernetes-admin")
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"gitVersion": "v1.36.3"})
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    server = await aiohttp_server(app, ssl=server_ssl)
+
+    def data(pem: bytes) -> str:
+        return base64.b64encode(pem).decode()
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+        f"    server: https://127.0.0.1:{server.port}\n"
+        f"    certificate-authority-data: {data(ca.cert_pem.bytes())}\n"
+        "users:\n- name: u\n  user:\n"
+        f"    client-certificate-data: {data(client_pair.cert_chain_pems[0].bytes())}\n"
+        f"    client-key-data: {data(client_pair.private_key_pem.bytes())}\n"
+        "contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+    )
+    config = kube.load_config(kubeconfig=path)
+    assert (config.ca_file, config.client_cert, config.client_key) == (None, None, None)
+    assert list((tmp_path / "tmp").iterdir()) == []  # nothing left where the loader wrote
+    async with aiohttp.ClientSession() as session:
+        client = kube.RestClient(session=session, config=config)
+        assert (await client.request("GET", "/version"))["gitVersion"] == "v1.36.3"
