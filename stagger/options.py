@@ -344,10 +344,10 @@ def regrouped(settings: T, **values: Any) -> T:
     unknown = set(values) - _names(cls)
     if unknown:
         raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
-    changes: dict[str, Any] = {
-        k: v for k, v in values.items() if k not in _groups(cls) and hasattr(settings, k)
-    }
-    for name, group in _groups(cls).items():
+    groups = _groups(cls)
+    top = {f.name for f in dataclasses.fields(cls) if f.name not in groups}
+    changes: dict[str, Any] = {k: v for k, v in values.items() if k in top}
+    for name, group in groups.items():
         mine = {g.name: values[g.name] for g in dataclasses.fields(group) if g.name in values}
         if mine:
             changes[name] = dataclasses.replace(getattr(settings, name), **mine)

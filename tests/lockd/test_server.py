@@ -23,6 +23,7 @@ import pytest
 from lockd.__main__ import banner
 from lockd.settings import Settings
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER
+from tests.metrics import by_label
 from tests.policies import limit_policy
 from tests.processes import clean_env, free_port, get, wait_until_up
 
@@ -178,15 +179,9 @@ def test_a_state_file_is_only_for_standalone() -> None:
         parse_settings(["--state-file", "/tmp/x.json", "--node-name", "n"], {})
 
 
-def _metric(port: int, name: str) -> dict[str, float]:
-    """A counter's values by label value, from lockd's /metrics."""
-    _, text = get(f"http://127.0.0.1:{port}/metrics")
-    prefix = f'{name}{{why="'
-    return {
-        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(prefix)
-    }
+def _shed(port: int) -> dict[str, float]:
+    """lockd's connections shed at --max-connections, by why, from its /metrics."""
+    return by_label(get(f"http://127.0.0.1:{port}/metrics")[1], "stagger_lockd_connections_shed_total", "why")
 
 
 def test_a_connection_flood_leaves_the_probes_fast_and_the_waiters_in_their_places(tmp_path: Path) -> None:
@@ -218,8 +213,8 @@ def test_a_connection_flood_leaves_the_probes_fast_and_the_waiters_in_their_plac
                 # Connected (the kernel's handshake, as lockd accepts), then never a byte sent.
                 flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
             deadline = time.monotonic() + 60
-            while _metric(port, "stagger_lockd_connections_shed_total").get("idleClosed", 0) < 4_700:
-                assert time.monotonic() < deadline, _metric(port, "stagger_lockd_connections_shed_total")
+            while _shed(port).get("idleClosed", 0) < 4_700:
+                assert time.monotonic() < deadline, _shed(port)
                 time.sleep(0.1)
             started = time.monotonic()
             status, body = get(f"{base}/healthz", timeout=5)
@@ -239,4 +234,4 @@ def test_a_connection_flood_leaves_the_probes_fast_and_the_waiters_in_their_plac
             assert response.status == 200
         waiter.join(timeout=30)
         assert answer["waiter"][0] == 200, answer
-        assert "refused" not in _metric(port, "stagger_lockd_connections_shed_total")
+        assert "refused" not in _shed(port)

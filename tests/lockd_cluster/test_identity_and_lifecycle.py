@@ -16,6 +16,7 @@ from tests.lockd_cluster.conftest import (
     pod_events,
     set_ready,
 )
+from tests.metrics import by_label
 from tests.policies import limit_policy
 from tests.waiting import eventually
 
@@ -188,12 +189,7 @@ async def test_restarted_lockd_rebuilds_held_slots_before_granting(start_lockd, 
 
 async def _given_up(lockd) -> dict[str, float]:  # type: ignore[no-untyped-def]
     text = await (await lockd.client.get("/metrics")).text()
-    prefix = 'stagger_lockd_waits_given_up_total{why="'
-    return {
-        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(prefix)
-    }
+    return by_label(text, "stagger_lockd_waits_given_up_total", "why")
 
 
 @pytest.mark.parametrize(
