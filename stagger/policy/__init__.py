@@ -11,48 +11,10 @@ The parts: the model with its defaults (`model`), the validator (`schema`), and 
 
 from __future__ import annotations
 
+from stagger.policy import model
 from stagger.policy.files import load_policy_file, parse_policy_text, read_policy_text
-from stagger.policy.model import (
-    DEFAULT_NODE_POLICY,
-    ExponentialPacer,
-    Hold,
-    LinearPacer,
-    MaxConcurrent,
-    MaxConcurrentPacer,
-    Mode,
-    NodePolicy,
-    Pacer,
-    PolicyError,
-    PolicyFile,
-    RateLimit,
-    StaggeringPolicy,
-    ThrottleConfig,
-    compile_grouping,
-    describe_node_policy,
-    select_node_policy,
-)
+from stagger.policy.model import *  # noqa: F403 (the model's names are listed once, in its __all__)
 from stagger.policy.schema import parse_policy_file
 
-__all__ = [
-    "DEFAULT_NODE_POLICY",
-    "ExponentialPacer",
-    "Hold",
-    "LinearPacer",
-    "MaxConcurrent",
-    "MaxConcurrentPacer",
-    "Mode",
-    "NodePolicy",
-    "Pacer",
-    "PolicyError",
-    "PolicyFile",
-    "RateLimit",
-    "StaggeringPolicy",
-    "ThrottleConfig",
-    "compile_grouping",
-    "describe_node_policy",
-    "load_policy_file",
-    "parse_policy_file",
-    "parse_policy_text",
-    "read_policy_text",
-    "select_node_policy",
-]
+__all__ = ["load_policy_file", "parse_policy_file", "parse_policy_text", "read_policy_text"]
+__all__ += model.__all__

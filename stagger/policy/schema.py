@@ -9,16 +9,10 @@ import math
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast, get_args
+from typing import Any, cast, get_args
 
 from stagger.durations import DurationError, parse_duration
 from stagger.objectnames import is_dns1123_label
-from stagger.selectors import parse_label_selector
-
-if TYPE_CHECKING:
-    # Imported when a grouping is compiled: lockd reads policy files too, and most never need JSONPath
-    # (about 1 MB of parser once imported).
-    pass
 from stagger.policy.model import (
     ExponentialPacer,
     Hold,
@@ -34,6 +28,7 @@ from stagger.policy.model import (
     ThrottleConfig,
     compile_grouping,
 )
+from stagger.selectors import parse_label_selector
 
 __all__ = ["MAX_INTEGER", "Check", "got_text", "parse_policy_file"]
 

@@ -5,29 +5,9 @@ leader's pod, releases on cancel). This package's names are their public API."""
 
 from __future__ import annotations
 
+from webhook.leader import lease
 from webhook.leader.elector import LeaderElector, LeaderState
-from webhook.leader.lease import (
-    Action,
-    Decision,
-    LeaseRecord,
-    Observed,
-    Timings,
-    decide,
-    leader_label,
-    micro_time,
-    release_record,
-)
+from webhook.leader.lease import *  # noqa: F403 (the core's names are listed once, in its __all__)
 
-__all__ = [
-    "Action",
-    "Decision",
-    "LeaderElector",
-    "LeaderState",
-    "LeaseRecord",
-    "Observed",
-    "Timings",
-    "decide",
-    "leader_label",
-    "micro_time",
-    "release_record",
-]
+__all__ = ["LeaderElector", "LeaderState"]
+__all__ += lease.__all__
