@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
 
 from lockd import app as lockd_app
 from lockd import daemon, server
 from lockd.settings import Settings, parse_settings
-from stagger import kube, policy, startup
+from stagger import kube, startup
 
 
 def banner(settings: Settings) -> str:
@@ -24,41 +27,31 @@ def banner(settings: Settings) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = startup.start(
-        "lockd",
-        argv=sys.argv[1:] if argv is None else argv,
-        parse=parse_settings,
-        build=daemon.make_app,
-        refusals=[
-            (policy.PolicyError, "the policy file is not valid, nothing started:\n"),
-            (kube.ConfigError, "cannot reach the cluster (or run with --standalone): "),
-        ],
-    )
-    if isinstance(started, int):
-        return started
-    settings, application = started
+def serve(settings: Settings, application: web.Application) -> Coroutine[Any, Any, None]:
+    """lockd's one listener, until SIGTERM or SIGINT."""
     runner = server.make_runner(
         application,
         settings=settings.server,
         metrics=application[lockd_app.METRICS],
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
     )
-    try:
-        asyncio.run(
-            server.serve(
-                runner,
-                host=settings.server.host,
-                port=settings.server.port,
-                started=lambda: print(banner(settings), file=sys.stderr, flush=True),
-            )
-        )
-    except server.ListenError as err:
-        print(f"lockd: {err.strerror}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return server.serve(
+        runner,
+        host=settings.server.host,
+        port=settings.server.port,
+        started=lambda: print(banner(settings), file=sys.stderr, flush=True),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return startup.run(
+        "lockd",
+        argv=argv,
+        parse=parse_settings,
+        build=daemon.make_app,
+        refusals=[(kube.ConfigError, "cannot reach the cluster (or run with --standalone): ")],
+        serve=serve,
+    )
 
 
 if __name__ == "__main__":

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
-from stagger import kube, policy, serving, startup
+from aiohttp import web
+
+from stagger import kube, serving, startup
 from webhook import app as controller_app
 from webhook import controller
 from webhook.settings import Settings, parse_settings
@@ -25,64 +28,53 @@ def banner(settings: Settings, main: serving.Listener, probes: serving.Listener)
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = startup.start(
-        "webhook",
-        argv=sys.argv[1:] if argv is None else argv,
-        parse=parse_settings,
-        build=controller.make_app,
-        refusals=[
-            (policy.PolicyError, "the policy file is not valid, nothing started:\n"),
-            (CertificateError, "--tls-cert/--tls-key: "),
-            (TokenError, "--token-file: "),
-            (kube.ConfigError, "--kubeconfig: "),
-        ],
+def _runner(app: web.Application, *, settings: Settings, access_log: logging.Logger | None) -> serving.Runner:
+    return serving.make_runner(
+        app,
+        header_timeout=settings.server.header_timeout,
+        shutdown_timeout=settings.server.shutdown_timeout,
+        access_log=access_log,
+        owner="the controller",
     )
-    if isinstance(started, int):
-        return started
-    settings, application = started
+
+
+def serve(settings: Settings, application: web.Application) -> Coroutine[Any, Any, None]:
+    """The controller's two listeners (admission, with TLS if configured, and the probes), until SIGTERM
+    or SIGINT."""
     access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
     certificate = application.get(controller_app.CERTIFICATE)
     main_listener = serving.Listener(
-        serving.make_runner(
-            application,
-            header_timeout=settings.server.header_timeout,
-            shutdown_timeout=settings.server.shutdown_timeout,
-            access_log=access_log,
-            owner="the controller",
-        ),
+        _runner(application, settings=settings, access_log=access_log),
         settings.server.host,
         settings.server.port,
         ssl_context=certificate.context if certificate is not None else None,
     )
     probe_listener = serving.Listener(
-        serving.make_runner(
-            controller_app.make_probe_app(application),
-            header_timeout=settings.server.header_timeout,
-            shutdown_timeout=settings.server.shutdown_timeout,
-            access_log=access_log,
-            owner="the controller",
-        ),
+        _runner(controller_app.make_probe_app(application), settings=settings, access_log=access_log),
         settings.server.probe_host,
         settings.server.probe_port,
     )
-    try:
-        asyncio.run(
-            serving.serve(
-                main_listener,
-                probe_listener,
-                started=lambda: print(
-                    banner(settings, main_listener, probe_listener), file=sys.stderr, flush=True
-                ),
-                stopping="stopping: finishing the requests in flight, then closing",
-            )
-        )
-    except serving.ListenError as err:
-        print(f"webhook: {err.strerror}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serving.serve(
+        main_listener,
+        probe_listener,
+        started=lambda: print(banner(settings, main_listener, probe_listener), file=sys.stderr, flush=True),
+        stopping="stopping: finishing the requests in flight, then closing",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return startup.run(
+        "webhook",
+        argv=argv,
+        parse=parse_settings,
+        build=controller.make_app,
+        refusals=[
+            (CertificateError, "--tls-cert/--tls-key: "),
+            (TokenError, "--token-file: "),
+            (kube.ConfigError, "--kubeconfig: "),
+        ],
+        serve=serve,
+    )
 
 
 if __name__ == "__main__":
