@@ -228,8 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Flags win over environment variables, which win over the defaults."""
     values = read_options(build_parser(), OPTIONS, argv, environ)
-    if "listen" in values:
-        values["host"], values["port"] = values.pop("listen")
+    options.split_host_port(values, "listen", host="host", port="port")
     values["events"] = not values.pop("no_events", False)
     values.setdefault("node_name", socket.gethostname())
     own_namespace, own_name = environ.get("POD_NAMESPACE"), environ.get("POD_NAME")

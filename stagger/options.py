@@ -47,6 +47,7 @@ __all__ = [
     "read_options",
     "regrouped",
     "seconds",
+    "split_host_port",
     "text",
     "unknown_variables",
     "whole",
@@ -299,6 +300,14 @@ def read_each(
         except SettingsError as err:
             problems.append(str(err))
     return values, problems
+
+
+def split_host_port(values: dict[str, Any], dest: str, *, host: str, port: str) -> None:
+    """Moves a `host_port` option's value, if given, from `dest` in `values` (as `read_options` returns
+    them) to the two settings `host` and `port`: the command line writes one HOST:PORT, the settings keep
+    its parts apart."""
+    if dest in values:
+        values[host], values[port] = values.pop(dest)
 
 
 # --- settings grouped by part --------------------------------------------------------------------------

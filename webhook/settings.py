@@ -278,10 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Flags win over environment variables, which win over the defaults."""
     values = read_options(build_parser(), OPTIONS, argv, environ)
-    if "listen" in values:
-        values["host"], values["port"] = values.pop("listen")
-    if "probe_listen" in values:
-        values["probe_host"], values["probe_port"] = values.pop("probe_listen")
+    options.split_host_port(values, "listen", host="host", port="port")
+    options.split_host_port(values, "probe_listen", host="probe_host", port="probe_port")
     if not values.get("image"):
         raise SettingsError("--image: required (the stagger image the injected init client runs from)")
     given = [flag for flag, dest in _TLS_FILES if values.get(dest) is not None]
