@@ -55,19 +55,9 @@ def handshake(server: ssl.SSLContext) -> bytes:
     serving = server.wrap_bio(to_server, server_out, server_side=True)
     client_done = server_done = False
     for _ in range(10):  # TLS 1.2 and 1.3 need at most a few flights
-        if not client_done:
-            try:
-                client.do_handshake()
-                client_done = True
-            except ssl.SSLWantReadError:
-                pass
+        client_done = client_done or _handshake_step(client)
         to_server.write(client_out.read())
-        if not server_done:
-            try:
-                serving.do_handshake()
-                server_done = True
-            except ssl.SSLWantReadError:
-                pass
+        server_done = server_done or _handshake_step(serving)
         to_client.write(server_out.read())
         if client_done and server_done:
             served = client.getpeercert(binary_form=True)
@@ -75,6 +65,15 @@ def handshake(server: ssl.SSLContext) -> bytes:
                 raise ssl.SSLError("the handshake completed without a certificate")
             return served
     raise ssl.SSLError("the handshake did not complete")
+
+
+def _handshake_step(side: ssl.SSLObject) -> bool:
+    """Whether `side`'s handshake is complete after its next flight (False: it waits for the other's)."""
+    try:
+        side.do_handshake()
+    except ssl.SSLWantReadError:
+        return False
+    return True
 
 
 def _stamp(path: Path) -> FileStamp:
