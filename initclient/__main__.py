@@ -17,8 +17,9 @@ from types import FrameType
 
 import requests
 
-from initclient.client import DeadlinePassed, fetch_lock, wait_for_slot
+from initclient.client import DeadlinePassed, Finish, fetch_lock, wait_for_slot
 from initclient.settings import ConfigError, Settings, parse_settings
+from stagger.contracts.failopen import FailOpenCause, format_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -76,18 +77,38 @@ def run(settings: Settings) -> int:
         )
     except DeadlinePassed:
         # Only when the timer fires outside the loop's own waits (e.g. while logging).
-        finish = None
-        logger.warning(
-            "proceeding without a start-up slot for %s/%s: max-wait is over (fail-open)",
-            settings.namespace,
-            settings.name,
-        )
+        reason = f"proceeding without a start-up slot for {settings.namespace}/{settings.name}: max-wait is over (fail-open)"
+        logger.warning("%s", reason)
+        finish = Finish(exit_code=0, granted=False, cause="maxWait", reason=reason)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         session.close()
-    if finish is not None and finish.release_token and settings.release_token_file:
+    if finish.release_token and settings.release_token_file:
         _write_token(settings.release_token_file, finish.release_token)
-    return finish.exit_code if finish is not None else 0
+    write_outcome(settings.termination_log, cause=finish.cause, reason=finish.reason)
+    return finish.exit_code
+
+
+def write_outcome(path: str, *, cause: FailOpenCause | None, reason: str) -> None:
+    """The outcome for the controller, through the kubelet (stagger.contracts.failopen); a failure to
+    write it must not fail the pod."""
+    if not path:
+        return
+    try:
+        # Never created here: the kubelet creates the file before the container starts, and run outside
+        # a container (a test, a person trying it) the client must not leave a /dev/termination-log behind.
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except FileNotFoundError:
+        logger.debug("no %s to write the outcome to (not in a container)", path)
+        return
+    except OSError as err:
+        logger.warning("could not write the outcome to %s: %s (stagger will not see why)", path, err)
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(format_outcome(cause=cause, reason=reason))
+    except OSError as err:
+        logger.warning("could not write the outcome to %s: %s (stagger will not see why)", path, err)
 
 
 def _write_token(path: str, token: str) -> None:
@@ -111,7 +132,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ if env is None else env)
         return run(settings)
     except ConfigError as exc:
-        logger.error("invalid configuration (%s); proceeding without a start-up slot (fail-open)", exc)
+        reason = f"invalid configuration ({exc}); proceeding without a start-up slot (fail-open)"
+        logger.error("%s", reason)
+        write_outcome(exc.termination_log, cause="badConfig", reason=reason)
         return 0
     except Terminated as exc:
         target = f" for {settings.namespace}/{settings.name}" if settings is not None else ""

@@ -36,6 +36,7 @@ from typing import Literal
 import requests
 
 from initclient.settings import Settings
+from stagger.contracts.failopen import FailOpenCause
 from stagger.contracts.lock import LOCK_PATH, LockParams, LockReply, read_lock_reply
 from stagger.durations import format_duration
 
@@ -125,6 +126,9 @@ class Finish:
     exit_code: int
     granted: bool
     release_token: str | None = None  # never logged
+    # Without a grant: why the pod starts anyway, and the line that says so (its termination message).
+    cause: FailOpenCause | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,11 @@ def _fail_open(settings: Settings, why: str, *, level: Level) -> Line:
     return Line(level, f"proceeding without a start-up slot for {_target(settings)}: {why} (fail-open)")
 
 
+def _proceed(state: WaitState, cause: FailOpenCause, line: Line) -> Decision:
+    """Finish without a slot, saying why in the log and in the termination message."""
+    return Decision(state, Finish(exit_code=0, granted=False, cause=cause, reason=line.text), (line,))
+
+
 def _undecided_too_long(settings: Settings, state: WaitState, now: float) -> str | None:
     """Why the unreachable bound ended the wait, or None when it did not (max-wait did)."""
     if state.kind not in _UNDECIDED or deadline_of(settings=settings, state=state) >= state.deadline:
@@ -291,12 +300,13 @@ def give_up(*, settings: Settings, state: WaitState, now: float) -> Decision:
     why."""
     unreachable = _undecided_too_long(settings, state, now)
     if unreachable is not None:
-        line = _fail_open(settings, unreachable, level="warning")
-        return Decision(state, Finish(exit_code=0, granted=False), (line,))
+        return _proceed(state, "lockdUnreachable", _fail_open(settings, unreachable, level="warning"))
     bound = format_duration(max_wait(settings=settings, state=state))
     source = " from lockd's node policy" if state.policy_max_wait is not None else ""
     waited = f"waited {_seconds(now - state.started)} (max-wait {bound}{source})"
+    cause: FailOpenCause = "maxWait"
     if state.kind in _TROUBLE:
+        cause = "lockdUnreachable"
         trouble = "could not be reached" if state.kind == "unreachable" else "kept failing"
         if state.last_answer is None:
             why = f"{waited}; lockd at {settings.lockd_url} {trouble} all along: {state.detail}"
@@ -307,10 +317,11 @@ def give_up(*, settings: Settings, state: WaitState, now: float) -> Decision:
         position = f", queue position {state.position}" if state.position is not None else ""
         why = f"{waited} without getting a slot; lockd's last answer: {state.detail}{position}"
     elif state.kind == "not-ready":
+        cause = "lockdUnreachable"
         why = f"{waited}; lockd was still not ready: {state.detail}"
     else:
         why = f"{waited}; max-wait ran out before lockd answered"
-    return Decision(state, Finish(exit_code=0, granted=False), (_fail_open(settings, why, level="warning"),))
+    return _proceed(state, cause, _fail_open(settings, why, level="warning"))
 
 
 def _body_text(body: LockReply) -> str:
@@ -345,9 +356,7 @@ def decide(*, settings: Settings, state: WaitState, outcome: Outcome, now: float
                 f"lockd rejected the request (HTTP {status}: {text or 'no reason given'}); "
                 "asking again will not fix this"
             )
-            return Decision(
-                state, Finish(exit_code=0, granted=False), (_fail_open(settings, why, level="error"),)
-            )
+            return _proceed(state, "rejected", _fail_open(settings, why, level="error"))
         else:
             # Other 5xx, 408, or a 200 that is not a grant: lockd is in trouble; its hints are not trusted.
             kind, retry_after = "failing", None

@@ -18,7 +18,14 @@ from urllib.parse import urlsplit
 from stagger.durations import DurationError, format_duration, parse_duration
 from stagger.options import Option, Parse, SettingsError, build_parser, read_each
 
-__all__ = ["MAX_DURATION", "MAX_POLL_WAIT", "ConfigError", "Settings", "parse_settings"]
+__all__ = [
+    "DEFAULT_TERMINATION_LOG",
+    "MAX_DURATION",
+    "MAX_POLL_WAIT",
+    "ConfigError",
+    "Settings",
+    "parse_settings",
+]
 
 # lockd refuses a longer long poll (GET /v1/lock accepts wait=0..60).
 MAX_POLL_WAIT = 60.0
@@ -34,8 +41,18 @@ _UNEXPANDED = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _DNS_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 
 
+# Kubernetes' default terminationMessagePath: the kubelet mounts a file there in every container and copies
+# what is written to it into the container's status, where the controller reads why a pod failed open.
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+
+
 class ConfigError(SettingsError):
-    """The configuration is unusable; the message names every bad flag/variable."""
+    """The configuration is unusable; the message names every bad flag/variable. `termination_log` is
+    where to say so all the same (the setting's value when it was readable)."""
+
+    def __init__(self, message: str, *, termination_log: str = DEFAULT_TERMINATION_LOG) -> None:
+        super().__init__(message)
+        self.termination_log = termination_log
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,8 @@ class Settings:
     request_timeout: float = 10.0  # HTTP timeout on top of poll_wait
     # Where to write lockd's release token (mode 0600) on a grant, for whatever gives the slot back.
     release_token_file: str | None = None
+    # Where the outcome goes for the controller (stagger.contracts.failopen); empty: nowhere.
+    termination_log: str = DEFAULT_TERMINATION_LOG
 
 
 def _checked(parse: Parse) -> Parse:
@@ -119,6 +138,9 @@ _OPTIONS: tuple[Option, ...] = (
     Option("--release-token-file", ("STAGGER_RELEASE_TOKEN_FILE",), "release_token_file",
            "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "
            "the pod can give its slot back with DELETE /v1/lock (standalone lockd)", _checked(_text), "FILE"),
+    Option("--termination-log", ("STAGGER_TERMINATION_LOG",), "termination_log",
+           "write the outcome (granted, or why not) here for the pod's status; empty: nowhere "
+           f"(default {DEFAULT_TERMINATION_LOG}, the container's terminationMessagePath)", _checked(_text), "FILE"),
 )  # fmt: skip
 _REQUIRED = ("lockd_url", "namespace", "name")
 
@@ -206,5 +228,6 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         )
     ]
     if missing or problems:
-        raise ConfigError("; ".join(missing + problems))
+        where = values.get("termination_log", DEFAULT_TERMINATION_LOG)
+        raise ConfigError("; ".join(missing + problems), termination_log=str(where))
     return Settings(**values)

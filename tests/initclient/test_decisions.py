@@ -29,6 +29,7 @@ from initclient.client import (
     start,
 )
 from initclient.settings import Settings
+from stagger.contracts.failopen import FailOpenCause
 from stagger.contracts.lock import LockReply, read_lock_reply
 
 # The unreachable bound as long as max-wait: these tests are about max-wait (the bound has its own below).
@@ -43,6 +44,14 @@ def locked(reason: str = BUSY, *, position: int | None = 3, retry_after: float |
     if position is not None:
         body["position"] = position
     return Reply(status=423, body=body, retry_after=retry_after)
+
+
+def assert_failed_open(decision: Decision, cause: FailOpenCause) -> None:
+    """The pod starts without a slot, and its termination message will say why: the cause, and the line
+    the client logs."""
+    assert isinstance(decision.action, Finish)
+    assert (decision.action.exit_code, decision.action.granted, decision.action.cause) == (0, False, cause)
+    assert decision.action.reason == decision.lines[-1].text
 
 
 def fresh() -> WaitState:
@@ -209,7 +218,7 @@ def test_grant_finishes_with_the_granted_line() -> None:
 def test_a_rejection_fails_open_at_once_with_one_error_line(status: int, body: LockReply, shown: str) -> None:
     outcome = Reply(status=status, body=body, retry_after=5.0)
     decision = decide(settings=SETTINGS, state=fresh(), outcome=outcome, now=100.1, jitter=0.5)
-    assert decision.action == Finish(exit_code=0, granted=False)
+    assert_failed_open(decision, "rejected")
     [line] = decision.lines
     assert line.level == "error"
     assert shown in line.text
@@ -238,7 +247,7 @@ def test_a_sleep_that_would_leave_too_little_for_a_request_runs_to_the_deadline(
 def test_an_answer_after_the_deadline_gives_up_with_only_the_warning() -> None:
     state = fresh()
     decision = decide(settings=SETTINGS, state=state, outcome=locked(), now=state.deadline + 0.1, jitter=0.5)
-    assert decision.action == Finish(exit_code=0, granted=False)
+    assert_failed_open(decision, "maxWait")
     assert [line.level for line in decision.lines] == ["warning"]
     assert BUSY in decision.lines[0].text
 
@@ -304,10 +313,12 @@ def test_backoff_doubles_per_consecutive_error_up_to_the_cap_and_resets_on_an_an
 # --- give_up ----------------------------------------------------------------------------------
 
 
-def at_deadline(state: WaitState, outcomes: list[tuple[float, Reply | Failure]]) -> str:
+def at_deadline(
+    state: WaitState, outcomes: list[tuple[float, Reply | Failure]], *, cause: FailOpenCause = "maxWait"
+) -> str:
     state, _ = run(state, outcomes)
     decision = give_up(settings=SETTINGS, state=state, now=state.deadline)
-    assert decision.action == Finish(exit_code=0, granted=False)
+    assert_failed_open(decision, cause)
     [line] = decision.lines
     assert line.level == "warning"
     assert line.text.startswith("proceeding without a start-up slot for ns/pod: waited 10m (max-wait 10m)")
@@ -316,38 +327,45 @@ def at_deadline(state: WaitState, outcomes: list[tuple[float, Reply | Failure]])
 
 
 @pytest.mark.parametrize(
-    ("outcomes", "says"),
+    ("outcomes", "says", "cause"),
     [
-        pytest.param([], "max-wait ran out before lockd answered", id="no answer yet"),
+        pytest.param([], "max-wait ran out before lockd answered", "maxWait", id="no answer yet"),
         pytest.param(
             [(101.0, locked(position=2))],
             f"without getting a slot; lockd's last answer: {BUSY}, queue position 2",
+            "maxWait",
             id="waiting",
         ),
         pytest.param(
             [(101.0, Reply(status=503, body={"error": "syncing pods"}, retry_after=1))],
             "lockd was still not ready: syncing pods",
+            "lockdUnreachable",
             id="not ready",
         ),
         pytest.param(
             [(101.0, Failure("Connection refused"))],
             "lockd at http://lockd:8080 could not be reached all along: Connection refused",
+            "lockdUnreachable",
             id="unreachable from the start",
         ),
         pytest.param(
             [(400.0, locked()), (650.0, Failure("no answer within 40.0s"))],
             "lockd at http://lockd:8080 could not be reached for the last 5m: no answer within 40.0s",
+            "lockdUnreachable",
             id="unreachable since the last answer",
         ),
         pytest.param(
             [(101.0, Reply(status=502, body={}))],
             "lockd at http://lockd:8080 kept failing all along: HTTP 502",
+            "lockdUnreachable",
             id="failing",
         ),
     ],
 )
-def test_give_up_line_says_why(outcomes: list[tuple[float, Reply | Failure]], says: str) -> None:
-    assert says in at_deadline(fresh(), outcomes)
+def test_give_up_line_says_why(
+    outcomes: list[tuple[float, Reply | Failure]], says: str, cause: FailOpenCause
+) -> None:
+    assert says in at_deadline(fresh(), outcomes, cause=cause)
 
 
 # --- the node policy's maxWait ----------------------------------------------------------------
@@ -415,7 +433,7 @@ def test_max_wait_that_does_not_lower_the_bound_changes_nothing(outcome: Reply) 
 def test_a_policy_max_wait_already_used_up_gives_up_at_once() -> None:
     state = fresh()
     decision = decide(settings=SETTINGS, state=state, outcome=bounded(30.0), now=145.0, jitter=0.5)
-    assert decision.action == Finish(exit_code=0, granted=False)
+    assert_failed_open(decision, "maxWait")
     assert [line.level for line in decision.lines] == ["info", "warning"]
     assert texts(decision)[0] == "max-wait lowered from 10m to 30s by lockd's node policy (maxWait)"
     assert "waited 45.0s (max-wait 30s from lockd's node policy)" in texts(decision)[1]
@@ -509,7 +527,7 @@ def test_decided_sleep_is_within_jitter_bounds_and_never_past_the_deadline(
         settings=SETTINGS, state=state, outcome=locked(retry_after=retry_after), now=now, jitter=jitter
     )
     if now >= state.deadline:
-        assert decision.action == Finish(exit_code=0, granted=False)
+        assert_failed_open(decision, "maxWait")
         return
     assert isinstance(decision.action, Sleep)
     asked, remaining, seconds = (

@@ -47,8 +47,8 @@ def test_no_connection_all_along_fails_open_at_the_bound_not_at_max_wait() -> No
     [line] = decision.lines
     assert "for up to 1m (unreachable-wait)" in line.text
     gave_up = decide(settings=SETTINGS, state=decision.state, outcome=REFUSED, now=60.0, jitter=0.5)
-    assert gave_up.action == Finish(exit_code=0, granted=False)
     [line] = gave_up.lines
+    assert gave_up.action == Finish(exit_code=0, granted=False, cause="lockdUnreachable", reason=line.text)
     assert line.level == "warning"
     assert line.text == (
         "proceeding without a start-up slot for ns/pod: lockd at http://lockd:9400 could not be reached "

@@ -390,6 +390,7 @@ class Kubelet:
                 _reset(view),
                 state="terminated",
                 reason="Completed",
+                message=result.message,
                 started_at=started,
                 finished_at=now,
                 ready=True,

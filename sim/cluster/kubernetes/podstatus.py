@@ -128,6 +128,7 @@ def container_status(view: ContainerView, *, uid: str, base: dt.datetime) -> Obj
             "reason": view.reason,
             "startedAt": _stamp(base, view.started_at),
             "finishedAt": _stamp(base, view.finished_at),
+            "message": view.message or None,  # what the container wrote to its termination log
         }
         if view.started_at is not None:
             terminated["containerID"] = _container_id(uid, view.name, view.restarts)

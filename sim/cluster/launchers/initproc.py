@@ -11,8 +11,9 @@ import importlib.util
 import logging
 import os
 import signal
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 OUTPUT_LINES = 20
 """The last lines of the process's output kept for the kubelet's log."""
+
+TERMINATION_MESSAGE_LIMIT = 4096
+"""The bytes of a termination message the kubelet keeps."""
 
 
 class Process(Protocol):
@@ -59,6 +63,8 @@ class InitResult:
     output: tuple[str, ...] = ()
     config_error: str | None = None
     """The container could not be created (CreateContainerConfigError): the process did not run."""
+    message: str = ""
+    """What the process wrote to its termination log (the kubelet's ``state.terminated.message``)."""
 
 
 class LaunchGate:
@@ -134,9 +140,17 @@ class InitClientRunner:
             return InitResult(exit_code=0, config_error=str(exc))
         args = initclient_args(command_line(container, env))
         release = await self.launch_gate.enter() if self.launch_gate is not None else None
+        # The kubelet creates a file for each container and mounts it at its terminationMessagePath
+        # (/dev/termination-log); here the process is told where it is. What it wrote becomes the
+        # terminated state's message, at most 4096 bytes, as the kubelet keeps it.
+        fd, log = tempfile.mkstemp(prefix="stagger-termination-log-")
+        os.close(fd)
         try:
-            return await self._spawn(pod, args=args, env=env, on_started=on_started)
+            env = {**env, "STAGGER_TERMINATION_LOG": log}
+            result = await self._spawn(pod, args=args, env=env, on_started=on_started)
+            return replace(result, message=_read_message(log))
         finally:
+            os.unlink(log)
             if release is not None:
                 release()
 
@@ -199,6 +213,12 @@ class InitClientRunner:
         lines = tuple(out.decode(errors="replace").splitlines()[-OUTPUT_LINES:])
         code = proc.returncode if proc.returncode is not None else 137
         return InitResult(exit_code=code if code >= 0 else 128 - code, output=lines)
+
+
+def _read_message(path: str) -> str:
+    """A termination log as the kubelet reads it: its first 4096 bytes (a file of a few bytes, read at once)."""
+    with open(path, "rb") as handle:
+        return handle.read(TERMINATION_MESSAGE_LIMIT).decode(errors="replace")
 
 
 def process_env(env: Mapping[str, str], *, hostname: str) -> dict[str, str]:
