@@ -24,6 +24,7 @@ from lockd import ledger, pods
 from lockd.groups import GroupClient, GroupWatch
 from lockd.service import LockService
 from stagger import events, policy, throttles
+from stagger.contracts.failopen import FailOpenCause
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient, WatchEventType
 from stagger.names import Names
@@ -366,10 +367,12 @@ class ClusterFinisher:
                 allowed=False, reason="pod no longer on this node", throttle="api", retry_after=1.0
             )
         group = ((pod.get("metadata") or {}).get("labels") or {}).get(self._names.group_label)
+        failed_open: FailOpenCause | None = None
         if group:
             verdict = await self._ask_group(slot, group=str(group))
-            if verdict is not None:
+            if isinstance(verdict, throttles.Verdict):
                 return verdict
+            failed_open = verdict
         patch = {
             "metadata": {
                 "annotations": {
@@ -378,6 +381,8 @@ class ClusterFinisher:
                     # The unready spell this grant is for (null removes a previous grant's): a restarted
                     # lockd tells from it whether the pod has been Ready since (pods.ready_since).
                     self._names.node_slot_unready_since_annotation: pods.unready_since(pod),
+                    # Granted without the group pacer: the controller counts it (null removes an earlier one).
+                    self._names.failed_open_annotation: failed_open,
                 },
                 "labels": {self._names.staggered_label: None},
             }
@@ -407,7 +412,8 @@ class ClusterFinisher:
         self._view.pods.record(updated)
         return throttles.ALLOWED
 
-    async def _ask_group(self, slot: ledger.Slot, *, group: str) -> throttles.Verdict | None:
+    async def _ask_group(self, slot: ledger.Slot, *, group: str) -> throttles.Verdict | FailOpenCause | None:
+        """The group pacer's no, or None for its yes, or the cause when the node throttles alone decide."""
         if self._groups is None:
             if not self._warned_no_controller:
                 logger.warning(
@@ -417,7 +423,7 @@ class ClusterFinisher:
                     group,
                 )
                 self._warned_no_controller = True
-            return None
+            return "groupPacerNotConfigured"
         answer = await self._groups.ask(
             {
                 "namespace": slot.namespace,
@@ -430,6 +436,7 @@ class ClusterFinisher:
         if answer.granted:
             if answer.failed_open:
                 logger.warning("%s/%s: %s", slot.namespace, slot.name, answer.reason)
+                return "groupPacerUnreachable"
             return None
         retry_after = answer.retry_after
         if self._watch is not None:

@@ -72,6 +72,19 @@ class Names:
         return self._name("node-slot-unready-since")
 
     @property
+    def failed_open_annotation(self) -> str:
+        """Written by lockd with a grant the group pacer had no say in, naming why
+        (`stagger.contracts.failopen`: groupPacerUnreachable, groupPacerNotConfigured); the controller
+        counts it as a fail-open."""
+        return self._name("failed-open")
+
+    @property
+    def started_without_slot_annotation(self) -> str:
+        """Written by the controller's leader once it has counted a pod that started without its slot and
+        put an Event on it, naming the cause: so that no replica counts the pod again."""
+        return self._name("started-without-slot")
+
+    @property
     def scheduling_gate(self) -> str:
         return self._name("pacing")
 

@@ -21,7 +21,7 @@ from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord
 from stagger.informer import InformerSettings
 from webhook import app as admission_app
-from webhook import groups, leader
+from webhook import failopens, groups, leader
 from webhook.app import (
     ADMISSION,
     EVICT_DECIDER,
@@ -31,6 +31,7 @@ from webhook.app import (
     SETTINGS,
     STATUS_SECTIONS,
 )
+from webhook.failopens import FailOpens
 from webhook.groups.api import admit, decide_evict, grant, wait
 from webhook.groups.pacing import Pacing
 from webhook.groups.podwatch import PodWatch
@@ -111,6 +112,8 @@ def install(
     app[READINESS].append(not_synced)
     app[METRICS].refreshers.append(lambda: publish(app))
     app[STATUS_SECTIONS].append(status_section)
+    app[METRICS].refreshers.append(lambda: failopens.publish(app))
+    app[STATUS_SECTIONS].append(failopens.status_section)
     app[POLICY].subscribe(lambda new: policies_changed(app, new))
 
     if config is None:
@@ -141,8 +144,14 @@ async def _running(
     groups = app[GROUPS]
     pacing = groups.pacing
     events = EventRecorder(client=client)
+    init_container = app[ADMISSION].inject.container_name
     watch = PodWatch(
-        client=client, pacing=pacing, settings=InformerSettings(), events=events, host=socket.gethostname()
+        client=client,
+        pacing=pacing,
+        settings=InformerSettings(),
+        events=events,
+        host=socket.gethostname(),
+        init_container=init_container,
     )
     leadership, elect = leader_factory(app, client)
     metrics = app[METRICS]
@@ -162,13 +171,21 @@ async def _running(
         result=lambda result: metrics.evictions.labels(result=result).inc(),
         released=lambda record, reason, claim: _announce_eviction(watch, record, reason, claim),
     )
+    fail_opens = FailOpens(
+        client=client,
+        watch=watch,
+        init_container=init_container,
+        counted=lambda cause: metrics.fail_opens.labels(cause=cause).inc(),
+    )
     groups.watch, groups.leadership, groups.gates, groups.evictions = watch, leadership, gates, evictions
+    groups.fail_opens = fail_opens
     tasks = [
         asyncio.create_task(watch.run(), name="pod-watch"),
         asyncio.create_task(events.run(), name="events"),
         asyncio.create_task(gates.run(), name="gate-reconciler"),
         asyncio.create_task(evictions.run(), name="eviction-reconciler"),
         asyncio.create_task(run_steward(app), name="group-steward"),
+        asyncio.create_task(fail_opens.run(), name="fail-opens"),
     ]
     election = asyncio.create_task(elect(), name="leader-election") if elect is not None else None
     try:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from stagger.contracts.failopen import CAUSES
+
 ADMISSION_RESULTS = ("allowed", "mutated", "error", "bad_request")
 """allowed: answered with no patch; mutated: with a patch; error: an internal error, the pod admitted
 unchanged with a warning; bad_request: 400 or 413, not an AdmissionReview we could read."""
@@ -121,6 +123,22 @@ class Metrics:
             "1 while this replica leads (grants, removes gates), else 0.",
             registry=r,
         )
+        self.fail_opens = Counter(
+            "stagger_controller_fail_opens",
+            "Pods counted (by the leader, once each) as started without their start-up slot, by cause: "
+            "lockdUnreachable, maxWait, rejected, badConfig, groupPacerUnreachable, groupPacerNotConfigured, "
+            "webhookNotCalled, unknown (docs/contracts.md, Fail-open causes).",
+            ["cause"],
+            registry=r,
+        )
+        self.pods_without_slot = Gauge(
+            "stagger_controller_pods_started_without_slot",
+            "Enabled pods that exist now and started without their start-up slot, by cause.",
+            ["cause"],
+            registry=r,
+        )
+        for cause in CAUSES:
+            self.fail_opens.labels(cause=cause)
         self.group_waits = Gauge(
             "stagger_controller_group_waits",
             "Long polls of lockd (POST /v1/groups/wait) waiting now.",

@@ -38,11 +38,13 @@ LOCKD_RULES: set[Rule] = {
 CONTROLLER_CLUSTER_RULES: set[Rule] = {
     # list, watch: webhook/groups/podwatch.py PodWatch.informer (enabled pods, cluster-wide);
     # patch: webhook/reconcilers/gates.py (gate mode: the scheduling gate's removal, a JSON patch) and
-    #   webhook/leader/elector.py _set_label (the leader label on its own pod). The controller never gets a pod.
+    #   webhook/leader/elector.py _set_label (the leader label on its own pod) and webhook/failopens.py
+    #   FailOpens._record (started-without-slot, on a pod counted as a fail-open). The controller never gets a pod.
     ("", "pods", ("list", "watch", "patch"), ()),
     # create: webhook/reconcilers/evictions.py release -> RestClient.evict (POST pods/<name>/eviction), evict mode.
     ("", "pods/eviction", ("create",), ()),
-    # create: stagger/events.py EventRecorder.run (webhook/controller.py, for webhook/groups/podwatch.py), core/v1.
+    # create: stagger/events.py EventRecorder.run (webhook/controller.py, for webhook/groups/podwatch.py and
+    #   webhook/failopens.py), core/v1.
     ("", "events", ("create",), ()),
 }
 

@@ -1,6 +1,7 @@
 """lockd's side of group pacing against a small controller played by the test (a real aiohttp server):
 the bearer token and request body, no node slot consumed while the group says no, pods of other groups
-going ahead, and groupFailurePolicy open/closed when the controller cannot be reached."""
+going ahead, and groupFailurePolicy open/closed when the controller cannot be reached; a grant the group
+pacer had no say in (unreachable, or no --controller-url) is marked `failed-open` on the pod with its cause."""
 
 from __future__ import annotations
 
@@ -107,6 +108,24 @@ async def test_unreachable_controller(
     assert response.status == status
     if reason:
         assert reason in (await response.json())["reason"]
+    # Granted without the group pacer: the grant says so on the pod, for the controller to count.
+    stored = await kube.get(PODS, name="grouped", namespace="default")
+    marked = (stored["metadata"].get("annotations") or {}).get(NAMES.failed_open_annotation)
+    assert marked == ("groupPacerUnreachable" if status == 200 else None)
+
+
+async def test_no_controller_url_marks_a_grouped_grant(start_lockd, kube) -> None:
+    await make_node(kube)
+    grouped = await make_pod(kube, "grouped", labels={NAMES.group_label: "g"})
+    plain = await make_pod(kube, "plain")
+    lockd = await start_lockd(limit_policy(2))
+    assert (await lockd.lock(grouped)).status == 200
+    assert (await lockd.lock(plain)).status == 200
+    marks = {}
+    for name in ("grouped", "plain"):
+        stored = await kube.get(PODS, name=name, namespace="default")
+        marks[name] = (stored["metadata"].get("annotations") or {}).get(NAMES.failed_open_annotation)
+    assert marks == {"grouped": "groupPacerNotConfigured", "plain": None}
 
 
 async def test_a_group_no_gives_the_rate_limit_token_back(start_lockd, kube, controller) -> None:

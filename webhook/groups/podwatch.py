@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from stagger import groupbook
-from stagger.events import EventRecorder, PodRef, pod_event
+from stagger.contracts import failopen
+from stagger.events import EventRecorder, EventType, PodRef, pod_event
 from stagger.groupbook import PodRecord, controller_of
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType
@@ -27,10 +28,15 @@ logger = logging.getLogger(__name__)
 
 COMPONENT = "stagger-controller"
 
+# Of an init client's reason for failing open (up to 4 KB), this much is kept per pod.
+REASON_KEPT = 512
 
-def slim_pod(pod: Mapping[str, Any], *, names: Names) -> Obj:
+
+def slim_pod(pod: Mapping[str, Any], *, names: Names, init_container: str = "stagger-wait") -> Obj:
     """What the controller keeps of a pod. Pure. Annotations and labels under other prefixes, the spec
-    beyond scheduling gates and node, owner references but the controller's, and every status field but phase and the Ready condition are dropped."""
+    beyond scheduling gates, node and the init containers' names, owner references but the controller's,
+    and every status field but phase, the Ready condition and how the init client (`init_container`)
+    ended are dropped."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
@@ -55,13 +61,40 @@ def slim_pod(pod: Mapping[str, Any], *, names: Names) -> Obj:
         slim_spec["schedulingGates"] = spec["schedulingGates"]
     if spec.get("nodeName"):
         slim_spec["nodeName"] = spec["nodeName"]
+    # Whether admission injected the init client (or evict mode's hold): a fail-open when it did not.
+    slim_spec["initContainers"] = [
+        {"name": c.get("name")} for c in _listed(spec.get("initContainers")) if isinstance(c.get("name"), str)
+    ]
     conditions = [
         c for c in status.get("conditions") or () if isinstance(c, Mapping) and c.get("type") == "Ready"
     ]
     slim_status: dict[str, Any] = {"conditions": conditions}
     if status.get("phase"):
         slim_status["phase"] = status["phase"]
+    ended = _init_client_ended(status, init_container=init_container)
+    if ended is not None:
+        slim_status["initContainerStatuses"] = [ended]
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+
+
+def _listed(value: object) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _init_client_ended(status: Mapping[str, Any], *, init_container: str) -> Obj | None:
+    """The init client's terminated state (exit code, and its outcome with the reason cut short), or None."""
+    for container in _listed(status.get("initContainerStatuses")):
+        terminated = (container.get("state") or {}).get("terminated")
+        if container.get("name") != init_container or not isinstance(terminated, Mapping):
+            continue
+        ended: dict[str, Any] = {"exitCode": terminated.get("exitCode")}
+        outcome = failopen.read_outcome(terminated.get("message"))
+        if outcome is not None:
+            reason = outcome.get("reason", "")
+            cut = reason if len(reason) <= REASON_KEPT else reason[:REASON_KEPT] + " [cut]"
+            ended["message"] = failopen.format_outcome(cause=outcome.get("cause"), reason=cut)
+        return {"name": init_container, "state": {"terminated": ended}}
+    return None
 
 
 def transition_event(
@@ -92,6 +125,7 @@ class PodWatch:
         events: EventRecorder | None,
         host: str,
         wall: Callable[[], float] = time.time,
+        init_container: str = "stagger-wait",
     ) -> None:
         names = pacing.names
         self.pacing = pacing
@@ -100,7 +134,7 @@ class PodWatch:
             resource=PODS,
             settings=settings,
             label_selector=f"{names.enable_label}=1",
-            transform=lambda pod: slim_pod(pod, names=names),
+            transform=lambda pod: slim_pod(pod, names=names, init_container=init_container),
         )
         self.informer.add_handler(self._handle)
         self._events = events
@@ -132,16 +166,23 @@ class PodWatch:
 
     def announce(self, record: PodRecord, reason: str, message: str) -> None:
         """Record an Event on the pod (only while this replica leads)."""
+        self.announce_to(
+            PodRef(namespace=record.namespace, name=record.name, uid=record.uid), reason, message
+        )
+
+    def announce_to(self, pod: PodRef, reason: str, message: str, *, kind: EventType = "Normal") -> None:
+        """Record an Event on any enabled pod, in a group or not (only while this replica leads)."""
         if not self.announce_events or self._events is None:
             return
         self._events.record(
             pod_event(
-                pod=PodRef(namespace=record.namespace, name=record.name, uid=record.uid),
+                pod=pod,
                 reason=reason,
                 message=message,
                 component=COMPONENT,
                 host=self._host,
                 wall=self._wall(),
+                kind=kind,
             )
         )
 

@@ -20,6 +20,7 @@ from webhook.groups.podwatch import PodWatch
 if TYPE_CHECKING:
     # Types only: the reconcilers use the group book (`webhook.groups.pacing`), and the wiring above both
     # (`webhook.controller`) makes them.
+    from webhook.failopens import FailOpens
     from webhook.reconcilers.evictions import EvictionReconciler
     from webhook.reconcilers.gates import GateReconciler
 
@@ -58,6 +59,7 @@ class Groups:
     leadership: Leadership | None = None
     gates: GateReconciler | None = None
     evictions: EvictionReconciler | None = None
+    fail_opens: FailOpens | None = None
     off: str | None = None
     stopping: bool = False  # shutting down: never grant again
     session: aiohttp.ClientSession | None = None  # the app's one session (API server, the leader)
