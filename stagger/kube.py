@@ -79,6 +79,8 @@ DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
 
 BY_KIND: dict[str, Resource] = {
     r.kind: r
