@@ -291,7 +291,22 @@ class Registry:
         stored = self.from_view(rtype, obj)
         if dry_run:
             return obj
-        return self.to_view(rtype, self.store.put(storage, stored))
+        created = self.to_view(rtype, self.store.put(storage, stored))
+        if rtype.kind == "Namespace":
+            self._add_default_service_account(name, now=now)
+        return created
+
+    def _add_default_service_account(self, namespace: str, *, now: float) -> None:
+        """kube-controller-manager's serviceaccounts controller gives every namespace a `default`
+        ServiceAccount (only if missing); done here at once, where the real one follows a moment later."""
+        rtype = builtin("", "serviceaccounts")
+        if self.store.get(rtype.storage_key, namespace, "default") is None:
+            account = {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": namespace},
+            }
+            self.create(rtype, account, now=now)
 
     # ---------------------------------------------------------------------------------------- update
 

@@ -215,7 +215,7 @@ def mount_service_account_token(pod: Obj, service_account: Obj | None) -> None:
     v1.36): unless the pod (or else its service account) opts out, every container without a mount at
     TOKEN_MOUNT_PATH mounts a projected `kube-api-access-XXXXX` volume; the service account's image pull
     secrets are copied to a pod without any. (The emulator does not refuse a pod whose service account
-    does not exist: it creates no `default` ones.)"""
+    does not exist, as the real plugin does; it does give every namespace its `default` one.)"""
     spec = pod.setdefault("spec", {})
     account = service_account or {}
     automount = spec.get("automountServiceAccountToken")
