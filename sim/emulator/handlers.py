@@ -12,11 +12,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from sim.emulator import errors, listoptions, openapi, patch, podactions
+from sim.emulator import errors, listoptions, openapi, patch, podactions, tokens
 from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo
 from sim.emulator.errors import ApiError
 from sim.emulator.listoptions import ListOptions
-from sim.emulator.registry import FieldValidation, StaleRead
+from sim.emulator.registry import FieldValidation, Registry, StaleRead
 from sim.emulator.render import error_response, json_response, negotiate, render_list, render_object
 from sim.emulator.resources import (
     DiscoveryPath,
@@ -284,8 +284,12 @@ async def create_handler(request: web.Request, state: ApiState, target: Resource
         return await _evict(request, state, target)
     if target.subresource == "binding":
         return await _bind(request, state, target)
+    if target.subresource == "token":
+        return await _request_token(request, state, target)
     if target.name is not None or target.subresource:
         raise errors.method_not_allowed()
+    if target.rtype.kind == "TokenReview":
+        return await _review_token(request, state, target)
     if target.rtype.namespaced and target.namespace is None:
         raise errors.method_not_allowed()
     return await _create(request, state, target, await read_body(request))
@@ -503,10 +507,11 @@ async def _pod_action(
     *,
     subresource: str,
     kind: GroupVersionKind,
-    action: Callable[..., errors.Status],
+    action: Callable[..., Obj | errors.Status],
     check_exists: bool,
 ) -> web.StreamResponse:
-    """POST pods/NAME/eviction and pods/NAME/binding: admission on the subresource, then the action."""
+    """POST pods/NAME/eviction, pods/NAME/binding and serviceaccounts/NAME/token: admission on the
+    subresource, then the action."""
     assert target.name is not None
     namespace = _namespace_of(target)
     body = await read_body(request)
@@ -558,6 +563,42 @@ async def _bind(request: web.Request, state: ApiState, target: ResourcePath) -> 
         action=podactions.bind,
         check_exists=False,
     )
+
+
+async def _request_token(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    def issue(registry: Registry, namespace: str, name: str, body: Obj, *, now: float, dry_run: bool) -> Obj:
+        # On the token clock (settings.token_clock); a dry run answers a token too: TokenREST stores nothing.
+        del now, dry_run
+        clock = state.settings.token_clock()
+        return tokens.request_token(
+            registry, state.signer, namespace=namespace, name=name, body=body, now=clock
+        )
+
+    kind: GroupVersionKind = {"group": tokens.GROUP, "version": tokens.VERSION, "kind": "TokenRequest"}
+    return await _pod_action(
+        request, state, target, subresource="token", kind=kind, action=issue, check_exists=False
+    )
+
+
+async def _review_token(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
+    """POST tokenreviews: admitted like any create, answered and never stored."""
+    body = tokens.typed_body(await read_body(request), "TokenReview")
+    admitted, warnings = await _admit(
+        request,
+        state,
+        operation="CREATE",
+        rtype=target.rtype,
+        namespace="",
+        name="",
+        obj=body,
+        old=None,
+        options=_options("CreateOptions", request),
+        dry_run=_dry_run(request),
+    )
+    review = tokens.review_token(
+        state.registry, state.signer, admitted or body, now=state.settings.token_clock()
+    )
+    return json_response(review, status=201, warnings=warnings)
 
 
 _HANDLERS: dict[str, Callable[[web.Request, ApiState, ResourcePath], Awaitable[web.StreamResponse]]] = {

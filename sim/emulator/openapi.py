@@ -31,6 +31,8 @@ def group_version_document(group: str, version: str) -> dict[str, Any] | None:
         return None
     paths: dict[str, Any] = {}
     for rtype in types:
+        if "patch" not in rtype.verbs:
+            continue  # create-only kinds (tokenreviews) have no PATCH operation to describe
         parameters = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
         if rtype.namespaced:
             parameters.append(

@@ -167,6 +167,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         True,
         "io.k8s.api.core.v1.ServiceAccount",
         short_names=("sa",),
+        # The TokenRequest API (sim.emulator.tokens), listed as the real /api/v1 lists it.
+        subresources=(
+            Subresource("token", "TokenRequest", ("create",), group="authentication.k8s.io", version="v1"),
+        ),
     ),
     ResourceType(
         "apps",
@@ -265,6 +269,16 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
         generation=True,
+    ),
+    ResourceType(
+        "authentication.k8s.io",
+        "v1",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+        False,
+        "io.k8s.api.authentication.v1.TokenReview",
+        verbs=("create",),  # a review is answered, never stored (sim.emulator.tokens)
     ),
     ResourceType(
         "events.k8s.io",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -29,3 +30,6 @@ class ApiServerSettings:
     # cluster without kube-controller-manager) and evictions they cover answer 429.
     disruption_controller: bool = True
     shutdown_timeout: float = 5.0  # bound for closing open connections (watches) at stop
+    # What service-account tokens are issued and reviewed at (epoch seconds): tests move it forward to see
+    # a token expire without waiting an hour. The rest of the emulator keeps the wall clock.
+    token_clock: Callable[[], float] = time.time

@@ -14,6 +14,7 @@ from sim.emulator.registry import Registry
 from sim.emulator.schema import Schemas
 from sim.emulator.settings import ApiServerSettings
 from sim.emulator.store import Store
+from sim.emulator.tokens import TokenSigner
 
 
 @dataclass
@@ -28,6 +29,7 @@ class ApiState:
     dispatcher: WebhookDispatcher | None = None  # set when the app starts (it owns the ClientSession)
     request_total: int = 0
     request_counts: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    signer: TokenSigner = field(default_factory=TokenSigner)  # signs and checks service-account tokens
 
 
 STATE = web.AppKey("apiserver_state", ApiState)
