@@ -17,7 +17,8 @@ From synchronous code (e.g. the official `kubernetes` client)::
 Command line: `python -m sim apiserver` (`sim.cli.apiserver`).
 
 Where it knowingly differs from a real cluster: no authentication or RBAC (the bearer token names the
-user); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
+user; service-account tokens are issued and answered by TokenReview, `tokens`, but a request carrying
+one is not authenticated by it); no Services, RBAC or custom resources; no server-side apply (415) and no protobuf (JSON is
 answered); past states (Exact lists, continue tokens) reach back as far as the per-resource watch
 history (`watch_history` events; older: 410 Expired, as after an etcd compaction);
 PodDisruptionBudget status is recomputed inside every write of a budget or its pods (the real
