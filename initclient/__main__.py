@@ -63,13 +63,18 @@ def run(settings: Settings) -> int:
     session = requests.Session()
     # Proxy variables meant for the app must not route the call to the node-local lockd.
     session.trust_env = False
+    tokens = TokenFile(settings.pod_token_file)
     signal.signal(signal.SIGALRM, _raise_deadline)
     signal.setitimer(signal.ITIMER_REAL, settings.max_wait + BACKSTOP_GRACE)
     try:
         finish = wait_for_slot(
             settings=settings,
             fetch=lambda request: fetch_lock(
-                session, lockd_url=settings.lockd_url, request=request, wall_now=time.time()
+                session,
+                lockd_url=settings.lockd_url,
+                request=request,
+                wall_now=time.time(),
+                token=tokens.read(),
             ),
             clock=time.monotonic,
             sleep=time.sleep,
@@ -87,6 +92,28 @@ def run(settings: Settings) -> int:
         _write_token(settings.release_token_file, finish.release_token)
     write_outcome(settings.termination_log, cause=finish.cause, reason=finish.reason)
     return finish.exit_code
+
+
+class TokenFile:
+    """The pod's service-account token, read at each request (the kubelet rotates it). Unreadable, it is
+    left out with one warning: lockd then decides by the pod's name and uid alone, or refuses (403) when
+    it requires tokens, and the pod fails open as for any rejection."""
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path
+        self._warned = False
+
+    def read(self) -> str | None:
+        if not self._path:
+            return None
+        try:
+            with open(self._path, encoding="ascii") as handle:
+                return handle.read().strip() or None
+        except (OSError, UnicodeDecodeError) as err:
+            if not self._warned:
+                logger.warning("cannot read the pod's token %s: %s (asking without it)", self._path, err)
+                self._warned = True
+            return None
 
 
 def write_outcome(path: str, *, cause: FailOpenCause | None, reason: str) -> None:

@@ -425,12 +425,16 @@ def _describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def fetch_lock(session: requests.Session, *, lockd_url: str, request: Request, wall_now: float) -> Outcome:
-    """One GET /v1/lock; every failure to get an HTTP answer becomes a `Failure`."""
+def fetch_lock(
+    session: requests.Session, *, lockd_url: str, request: Request, wall_now: float, token: str | None = None
+) -> Outcome:
+    """One GET /v1/lock, with the pod's service-account `token` when there is one; every failure to get an
+    HTTP answer becomes a `Failure`."""
     try:
         response = session.get(
             f"{lockd_url}{LOCK_PATH}",
             params={key: str(value) for key, value in request.params.items()},
+            headers={"Authorization": f"Bearer {token}"} if token else None,
             timeout=(request.connect_timeout, request.read_timeout),
             allow_redirects=False,
         )

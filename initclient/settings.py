@@ -72,6 +72,9 @@ class Settings:
     release_token_file: str | None = None
     # Where the outcome goes for the controller (stagger.contracts.failopen); empty: nowhere.
     termination_log: str = DEFAULT_TERMINATION_LOG
+    # The pod's projected service-account token (audience stagger's), sent to lockd as its proof of
+    # who asks; read at each request, since the kubelet replaces it before it expires.
+    pod_token_file: str | None = None
 
 
 def _checked(parse: Parse) -> Parse:
@@ -138,6 +141,9 @@ _OPTIONS: tuple[Option, ...] = (
     Option("--release-token-file", ("STAGGER_RELEASE_TOKEN_FILE",), "release_token_file",
            "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "
            "the pod can give its slot back with DELETE /v1/lock (standalone lockd)", _checked(_text), "FILE"),
+    Option("--pod-token-file", ("STAGGER_POD_TOKEN_FILE",), "pod_token_file",
+           "the pod's projected service-account token, sent to lockd as proof that the pod itself asks "
+           "(admission mounts it; without it lockd checks the pod's name and uid only)", _checked(_text), "FILE"),
     Option("--termination-log", ("STAGGER_TERMINATION_LOG",), "termination_log",
            "write the outcome (granted, or why not) here for the pod's status; empty: nowhere "
            f"(default {DEFAULT_TERMINATION_LOG}, the container's terminationMessagePath)", _checked(_text), "FILE"),

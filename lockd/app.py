@@ -15,11 +15,11 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
-from lockd import ledger, load, params, status
+from lockd import ledger, load, params, podtoken, status
 from lockd import metrics as metrics_text
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
@@ -66,6 +66,7 @@ class ClusterState:
     config: kube.ClusterConfig
     view: cluster.NodeView | None = None
     group_watch: groups.GroupWatch | None = None
+    tokens: podtoken.TokenReviewer | None = None
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -209,6 +210,9 @@ async def lock(request: web.Request) -> web.Response:
     if view is not None:
         from lockd import cluster as cluster_mode  # loaded already: the view is cluster mode's
 
+        checked = await _check_token(request, namespace=query.namespace, name=query.name, uid=query.uid)
+        if isinstance(checked, web.Response):
+            return checked
         problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
         if isinstance(problem, cluster_mode.Unconfirmed):
             service.metrics.count("unconfirmed")
@@ -255,6 +259,36 @@ async def lock(request: web.Request) -> web.Response:
     return _json(body, headers={RELEASE_TOKEN_HEADER: outcome.token})
 
 
+async def _check_token(
+    request: web.Request, *, namespace: str, name: str, uid: str
+) -> web.Response | Literal["verified", "unverified", "standalone"]:
+    """Cluster mode: the pod's service-account token bound to the pod named (lockd/podtoken.py); a
+    response when the request is refused, else whether the token showed it is that pod."""
+    app = request.app
+    state = app.get(CLUSTER)
+    if state is None or state.tokens is None:
+        return "standalone"
+    metrics = app[SERVICE].metrics
+    try:
+        token = podtoken.bearer_token(request.headers)
+    except podtoken.BadAuthorization as err:
+        metrics.count("bad_request")
+        return _json_error(400, str(err))
+    review = await state.tokens.review(token) if token is not None else None
+    verdict = podtoken.decide(
+        review, require=app[SETTINGS].tokens.require_pod_token, namespace=namespace, name=name, uid=uid
+    )
+    if isinstance(verdict, podtoken.Refusal):
+        app[METRICS].pod_tokens.count("refused")
+        metrics.count("forbidden" if verdict.status == 403 else "unconfirmed")
+        headers = {"Retry-After": "1"} if verdict.status == 503 else None
+        return _json_error(verdict.status, verdict.reason, headers=headers)
+    app[METRICS].pod_tokens.count(
+        "verified" if verdict == "verified" else "absent" if review is None else "unchecked"
+    )
+    return verdict
+
+
 async def unlock(request: web.Request) -> web.Response:
     """`DELETE /v1/lock`: the holder gives its slot back (release token), or a waiter leaves the queue."""
     app = request.app
@@ -266,12 +300,14 @@ async def unlock(request: web.Request) -> web.Response:
         service.metrics.count("bad_request")
         return _json_error(400, str(err))
     view = _view(app)
-    # In a cluster a request from the pod's own IP with its uid is the pod itself (a pod cannot use another
-    # pod's IP); the token is the proof everywhere else.
-    verified = (
-        view is not None
-        and bool(uid)
-        and view.is_pod_request(namespace=namespace, name=name, uid=uid, remote=request.remote)
+    checked = await _check_token(request, namespace=namespace, name=name, uid=uid)
+    if isinstance(checked, web.Response):
+        return checked
+    # In a cluster the pod's own service-account token proves it is the pod, and so does a request from the
+    # pod's own IP with its uid (a pod cannot use another pod's IP); the release token everywhere else.
+    verified = view is not None and (
+        checked == "verified"
+        or (bool(uid) and view.is_pod_request(namespace=namespace, name=name, uid=uid, remote=request.remote))
     )
     result = service.give_back(
         namespace=namespace,

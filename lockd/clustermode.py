@@ -1,8 +1,9 @@
 """Cluster mode installs itself on lockd's app (as the controller's group part does on the controller's):
 the API server's config is read when it is installed (a start-up error when there is none), and while
-the app runs, the node's pod and Node informers, the grant finisher that records each grant on its pod,
-the group pacer client and its wait stream (with `--controller-url`), Events, and the start-up sync that
-rebuilds the held slots from the pods before the first grant."""
+the app runs, the node's pod and Node informers, the reviewer of pods' service-account tokens, the grant
+finisher that records each grant on its pod, the group pacer client and its wait stream (with
+`--controller-url`), Events, and the start-up sync that rebuilds the held slots from the pods before the
+first grant."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from lockd import cluster, groups, heap, pods
+from lockd import cluster, groups, heap, pods, podtoken
 from lockd.app import (
     CLUSTER,
     LOAD,
@@ -121,6 +122,9 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
         )
         group_client, group_watch = _group_parts(settings, session=session, service=lambda: app[SERVICE])
         state.view, state.group_watch = view, group_watch
+        state.tokens = podtoken.TokenReviewer(
+            client=client, settings=settings.tokens, clock=time.monotonic, wall=time.time
+        )
         recorder = events.EventRecorder(client=client) if settings.cluster.events else None
         # The service with its parts, which need the session (made here, in the running loop, as aiohttp
         # asks); its node policy chosen by the labels given until the Node is listed (`_sync`).

@@ -155,6 +155,16 @@ class Metrics:
             "why",
         )
     )
+    pod_tokens: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_pod_tokens",
+            "Asks and releases in cluster mode, by the pod's service-account token: verified (the token's "
+            "pod is the one named), absent (no token: checked by name and uid), unchecked (the API server "
+            "could not review it: checked by name and uid), refused (another pod's, expired, another "
+            "audience, or none under --require-pod-token).",
+            "result",
+        )
+    )
     cpu_load: Gauge = field(
         default_factory=lambda: Gauge(
             "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading)."

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagger import options
-from stagger.names import DEFAULT_PREFIX
+from stagger.names import DEFAULT_PREFIX, DEFAULT_TOKEN_AUDIENCE
 from stagger.options import (
     Option,
     SettingsError,
@@ -43,6 +43,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "SettingsError",
+    "TokenSettings",
     "build_parser",
     "parse_settings",
 ]
@@ -104,6 +105,19 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class TokenSettings:
+    """Cluster mode: who asks, by the pod's projected service-account token (lockd/podtoken.py)."""
+
+    token_audience: str = DEFAULT_TOKEN_AUDIENCE
+    require_pod_token: bool = False  # refuse an ask or release without a pod token
+    token_cache: float = 300.0  # how long a review's answer is reused for the same token
+    token_review_timeout: float = 5.0
+    token_review_burst: int = 20  # reviews allowed at once ...
+    token_review_fill: float = 0.1  # ... then one more every this many seconds
+    token_cache_entries: int = 4096
+
+
+@dataclass(frozen=True)
 class GroupSettings:
     """The controller's group pacer service, asked for pods in staggering groups."""
 
@@ -130,6 +144,7 @@ class Settings:
     queue: QueueSettings = QueueSettings()
     policy: PolicySettings = field(default_factory=PolicySettings)
     cluster: ClusterSettings = ClusterSettings()
+    tokens: TokenSettings = TokenSettings()
     groups: GroupSettings = GroupSettings()
 
     @property
@@ -186,6 +201,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("--kubeconfig", ("STAGGER_KUBECONFIG", "KUBECONFIG"), "kubeconfig",
            "cluster mode: kubeconfig to reach the API server (default: in-cluster service account)", file_path, "FILE"),
     options.PREFIX,
+    options.TOKEN_AUDIENCE,
+    Option("--require-pod-token", ("STAGGER_REQUIRE_POD_TOKEN",), "require_pod_token",
+           "cluster mode: refuse (403) an ask or release that does not carry the pod's service-account token "
+           "(pods opted in by hand, older init clients); default: check those by name and uid", boolean),
+    Option("--token-cache", ("STAGGER_TOKEN_CACHE",), "token_cache",
+           "how long the API server's answer about a token is reused (default 5m; never past the token's "
+           "expiry)", seconds(), "DURATION"),
     Option("--controller-url", ("STAGGER_CONTROLLER_URL",), "controller_url",
            "cluster mode: the controller's group pacer service, e.g. https://stagger-controller.stagger:8443",
            http_url, "URL"),

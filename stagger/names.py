@@ -6,9 +6,12 @@ from dataclasses import dataclass
 
 from stagger.selectors import label_key_problem
 
-__all__ = ["DEFAULT_PREFIX", "Names"]
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_TOKEN_AUDIENCE", "Names"]
 
 DEFAULT_PREFIX = "v1.stagger.technicianted"
+# The audience of the service-account token admission projects into the init client, and lockd asks the
+# API server to check: a token for stagger, of no use against the API server or anyone else.
+DEFAULT_TOKEN_AUDIENCE = "stagger"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from stagger import addresses, durations
-from stagger.names import DEFAULT_PREFIX, Names
+from stagger.names import DEFAULT_PREFIX, DEFAULT_TOKEN_AUDIENCE, Names
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -31,6 +31,7 @@ __all__ = [
     "HEADER_TIMEOUT",
     "LOG_LEVEL",
     "PREFIX",
+    "TOKEN_AUDIENCE",
     "Option",
     "Parse",
     "SettingsError",
@@ -133,6 +134,13 @@ def text(text: str, name: str) -> str:
     return text
 
 
+def audience(text: str, name: str) -> str:
+    """A token audience: any non-empty text without white space (a URL, often)."""
+    if not text or any(c.isspace() for c in text):
+        raise SettingsError(f"{name}: must be non-empty, without spaces (got {text!r})")
+    return text
+
+
 def one_of(*choices: str) -> Parse:
     """One of `choices`, case-insensitive; returned in lower case."""
 
@@ -181,6 +189,11 @@ HEADER_TIMEOUT = Option(
 PREFIX = Option(
     "--prefix", ("STAGGER_PREFIX",), "prefix", f"label/annotation prefix (default {DEFAULT_PREFIX})",
     label_prefix, "PREFIX",
+)  # fmt: skip
+TOKEN_AUDIENCE = Option(
+    "--token-audience", ("STAGGER_TOKEN_AUDIENCE",), "token_audience",
+    f"audience of the pod's service-account token that the init client shows lockd (default {DEFAULT_TOKEN_AUDIENCE}; "
+    "the same for lockd and the controller)", audience, "AUDIENCE",
 )  # fmt: skip
 LOG_LEVEL = Option(
     "--log-level", ("STAGGER_LOG_LEVEL",), "log_level", "debug, info, warning or error (default info)",

@@ -86,6 +86,7 @@ class Admission:
             inject=admission.InjectSettings(
                 image=settings.inject.image,
                 lockd_port=settings.inject.lockd_port,
+                token_audience=settings.inject.token_audience if settings.inject.pod_token else None,
                 max_wait=admission.max_wait_for(policy_file),
                 unreachable_wait=admission.unreachable_wait_for(policy_file),
             ),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagger import options
-from stagger.names import DEFAULT_PREFIX
+from stagger.names import DEFAULT_PREFIX, DEFAULT_TOKEN_AUDIENCE
 from stagger.objectnames import (
     DNS1123_LABEL_MAX,
     DNS1123_SUBDOMAIN_MAX,
@@ -82,6 +82,9 @@ class InjectionSettings:
 
     image: str  # the stagger image the injected init client runs from
     lockd_port: int = 9400
+    # The pod's service-account token projected into the init client, for lockd to check who asks.
+    token_audience: str = DEFAULT_TOKEN_AUDIENCE
+    pod_token: bool = True
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,10 @@ OPTIONS: tuple[Option, ...] = (
            "address of the plain HTTP listener: /healthz, /readyz, /metrics (default 0.0.0.0:9090)",
            host_port, "HOST:PORT"),
     options.PREFIX,
+    options.TOKEN_AUDIENCE,
+    Option("--no-pod-token", ("STAGGER_NO_POD_TOKEN",), "no_pod_token",
+           "do not project the pod's service-account token into the init client (lockd then checks who asks "
+           "by name and uid only, or refuses under --require-pod-token)", boolean),
     Option("--reload-interval", ("STAGGER_RELOAD_INTERVAL",), "reload_interval",
            "how often the policy, certificate and token files are checked for changes (default 5s)",
            seconds(), "DURATION"),
@@ -280,6 +287,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     values = read_options(build_parser(), OPTIONS, argv, environ)
     options.split_host_port(values, "listen", host="host", port="port")
     options.split_host_port(values, "probe_listen", host="probe_host", port="probe_port")
+    values["pod_token"] = not values.pop("no_pod_token", False)
     if not values.get("image"):
         raise SettingsError("--image: required (the stagger image the injected init client runs from)")
     given = [flag for flag, dest in _TLS_FILES if values.get(dest) is not None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
@@ -290,6 +291,50 @@ def test_init_container_in_detail() -> None:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+TOKEN_VOLUME = {
+    "name": "stagger-pod-token",
+    "projected": {
+        "sources": [
+            {"serviceAccountToken": {"audience": "stagger", "expirationSeconds": 600, "path": "token"}}
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("volumes", "expected"),
+    [
+        pytest.param(None, [TOKEN_VOLUME], id="no volumes"),
+        pytest.param(
+            [{"name": "data", "emptyDir": {}}], [{"name": "data", "emptyDir": {}}, TOKEN_VOLUME], id="kept"
+        ),
+        pytest.param([TOKEN_VOLUME], [TOKEN_VOLUME], id="there already (opted in by hand)"),
+    ],
+)
+def test_the_pods_token_is_projected_into_the_init_client(
+    volumes: list[dict[str, Any]] | None, expected: list[dict[str, Any]]
+) -> None:
+    obj = pod(ENABLE, **({"volumes": copy.deepcopy(volumes)} if volumes is not None else {}))
+    status, body = admission.review(
+        review_of(obj), policies=POLICIES, names=NAMES, settings=replace(SETTINGS, token_audience="stagger")
+    )
+    assert status == 200
+    after = patched(obj, body["response"])
+    kubernetes_validate.validate(after, K8S_VERSION, strict=True)
+    (container,) = after["spec"]["initContainers"]
+    assert container["volumeMounts"] == [
+        {"name": "stagger-pod-token", "mountPath": "/var/run/secrets/stagger", "readOnly": True}
+    ]
+    by_name = {entry["name"]: entry for entry in container["env"]}
+    assert by_name["STAGGER_POD_TOKEN_FILE"]["value"] == "/var/run/secrets/stagger/token"
+    assert after["spec"]["volumes"] == expected
+
+
+def test_no_token_without_an_audience() -> None:
+    after = patched(pod(ENABLE), run(pod(ENABLE)))
+    assert "volumes" not in after["spec"] and "volumeMounts" not in after["spec"]["initContainers"][0]
 
 
 def test_settings_shape_the_container() -> None:

@@ -33,6 +33,8 @@ LOCKD_RULES: set[Rule] = {
     ("", "nodes", ("list", "watch"), ()),
     # create: stagger/events.py EventRecorder.run (lockd/app.py, unless --no-events), core/v1 only.
     ("", "events", ("create",), ()),
+    # create: lockd/podtoken.py TokenReviewer._review (whose is a pod's service-account token).
+    ("authentication.k8s.io", "tokenreviews", ("create",), ()),
 }
 
 CONTROLLER_CLUSTER_RULES: set[Rule] = {
@@ -142,7 +144,7 @@ def render_other() -> list[Doc]:
 
 # The resources of stagger/kube.py each component's code may mention, and the rule that covers each.
 COVERED = {
-    "lockd": {"PODS": "pods", "NODES": "nodes", "EVENTS": "events"},
+    "lockd": {"PODS": "pods", "NODES": "nodes", "EVENTS": "events", "TOKENREVIEWS": "tokenreviews"},
     "webhook": {"PODS": "pods", "LEASES": "leases", "EVENTS": "events"},
 }
 

@@ -47,12 +47,14 @@ class FakeLockd:
 
     script: list[Answer] = field(default_factory=lambda: [GRANTED])
     queries: list[dict[str, str]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         self.queries.append(dict(request.query))
+        self.authorizations.append(request.headers.get("Authorization"))
         self.asked.set()
         answer = self.script[min(len(self.queries), len(self.script)) - 1]
         if answer.hang:

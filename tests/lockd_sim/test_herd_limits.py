@@ -1,12 +1,13 @@
 """Cluster-mode lockd on the simulated cluster, judged from the API server's pod states (not from lockd):
 a 30-replica Deployment on 3 nodes with `maxConcurrent: 2` never has more than 2 pods between grant and
-Ready on a node, every pod is patched once, all become Ready; and killing lockd (SIGKILL) mid-herd and
+Ready on a node, every pod is patched once, all become Ready, every ask carries the pod's own token and
+each pod costs one TokenReview; and killing lockd (SIGKILL) mid-herd and
 starting it again keeps the limit, because it rebuilds its slots from the pods before granting."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Any
 
@@ -18,19 +19,23 @@ from stagger.kube import PODS, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.podstate import is_pod_ready
 from tests.backends import Backend
+from tests.metrics import by_label
 from tests.waiting import eventually
 
 NAMES = Names()
 
 
-def herd(*, nodes: int, replicas: int, namespace: str) -> Scenario:
+def herd(*, nodes: int, replicas: int, namespace: str, controller: bool = False) -> Scenario:
+    """The herd scenario on `nodes`; with `controller` its admission injects the init client (and the pod's
+    token), else the pods carry the init client themselves (opted in by hand)."""
     base = load_scenario()
     [app] = base.workloads
+    stagger = replace(base.stagger, enabled=True, host_port=0, lockd_mode="cluster", controller=controller)
     return replace(
         base,
         nodes=NodePool(count=nodes, cores=4, memory="16Gi"),
         workloads=(replace(app, replicas=replicas, namespace=namespace),),
-        stagger=replace(base.stagger, enabled=True, host_port=0, lockd_mode="cluster"),
+        stagger=stagger,
         time_scale=4,
     )
 
@@ -50,6 +55,7 @@ class StartingWatch:
         self.peak: dict[str, int] = defaultdict(int)
         self.ever_ready: set[str] = set()
         self.granted_values: dict[str, set[str]] = defaultdict(set)
+        self.tokens: Counter[str] = Counter()  # lockd's stagger_lockd_pod_tokens_total, summed over nodes
         self.ready_uids: set[str] = set()
 
     def _on_pod(self, kind: WatchEventType, pod: dict[str, Any]) -> None:
@@ -98,6 +104,11 @@ async def run_herd(
                 return watch.ready_count() == total
 
             await eventually(all_ready, within=240, what=f"all {total} pods Ready")
+            for lockd in cluster.lockds.values():
+                async with session.get(f"{lockd.spec.url}/metrics") as response:
+                    watch.tokens.update(
+                        by_label(await response.text(), "stagger_lockd_pod_tokens_total", "result")
+                    )
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -105,8 +116,9 @@ async def run_herd(
 
 
 async def test_never_more_than_two_starting_per_node_and_one_patch_per_pod(backend: Backend) -> None:
-    scenario = herd(nodes=3, replicas=30, namespace=backend.namespace)
+    scenario = herd(nodes=3, replicas=30, namespace=backend.namespace, controller=True)
     patches_before = await backend.requests(verb="patch", resource="pods")
+    reviews_before = await backend.requests(verb="create", resource="tokenreviews")
     watch = await run_herd(backend, scenario)
     assert set(watch.peak) == {"sim-node-0", "sim-node-1", "sim-node-2"}
     assert max(watch.peak.values()) <= 2, dict(watch.peak)
@@ -115,6 +127,13 @@ async def test_never_more_than_two_starting_per_node_and_one_patch_per_pod(backe
     assert all(len(values) == 1 for values in watch.granted_values.values())
     # lockd's one grant patch per pod is the only write to pods themselves (the kubelet writes pods/status).
     assert await backend.requests(verb="patch", resource="pods") - patches_before == 30
+    # Every ask came with the pod's own projected token, which lockd checked with one TokenReview per pod
+    # however often the pod asked (on a real control plane other clients' reviews count too).
+    assert watch.tokens["verified"] >= 30 and watch.tokens["refused"] == watch.tokens["absent"] == 0, (
+        watch.tokens
+    )
+    if backend.emulator is not None:
+        assert await backend.requests(verb="create", resource="tokenreviews") - reviews_before == 30
 
 
 async def test_lockd_killed_and_restarted_mid_herd_keeps_the_limit(backend: Backend) -> None:

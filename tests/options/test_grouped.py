@@ -59,7 +59,7 @@ def test_a_variant_changes_only_what_it_names() -> None:
         pytest.param(lockd_settings, {"listen", "no_events"}, {}, id="lockd"),
         pytest.param(
             controller_settings,
-            {"listen", "probe_listen", "no_leader_elect"},
+            {"listen", "probe_listen", "no_leader_elect", "no_pod_token"},
             {"image": "stagger:1"},
             id="controller",
         ),

@@ -24,6 +24,7 @@ __all__ = [
     "max_wait_for",
     "stub_container",
     "stub_ops",
+    "token_volume_ops",
     "unreachable_wait_for",
 ]
 
@@ -33,6 +34,14 @@ IDLE_COMMAND = ("python", "-m", "webhook.idle")
 
 
 HOLD_CONTAINER = "stagger-hold"
+
+# The pod's service-account token for lockd, projected into the init client only: stagger's audience, so
+# it is of no use against the API server; the shortest life the API server allows (10 minutes; the kubelet
+# replaces it after 80% of that), bound to the pod, so lockd learns the pod's name and uid from it.
+TOKEN_VOLUME = "stagger-pod-token"
+TOKEN_DIR = "/var/run/secrets/stagger"
+TOKEN_PATH = "token"
+TOKEN_SECONDS = 600
 
 
 _LOCKED_DOWN: dict[str, Any] = {
@@ -65,6 +74,8 @@ class InjectSettings:
     command: tuple[str, ...] = ("python", "-m", "initclient")
     args: tuple[str, ...] = ()
     image_pull_policy: str | None = None  # None: the cluster's default for the tag
+    # The audience of the pod's service-account token projected into the init client (None: no token).
+    token_audience: str | None = None
 
 
 def max_wait_for(policy_file: PolicyFile, *, default: float = 600.0) -> float:
@@ -108,11 +119,35 @@ def init_container(settings: InjectSettings, *, max_wait: float) -> dict[str, An
         {"name": "STAGGER_MAX_WAIT", "value": format_duration(max_wait)},
         {"name": "STAGGER_UNREACHABLE_WAIT", "value": format_duration(settings.unreachable_wait)},
     ]
+    if settings.token_audience is not None:
+        container["env"].append({"name": "STAGGER_POD_TOKEN_FILE", "value": f"{TOKEN_DIR}/{TOKEN_PATH}"})
+        container["volumeMounts"] = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}]
     container["resources"] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
     container["securityContext"] = dict(_LOCKED_DOWN)
     # The init client's one line (why it gave up waiting, say) shows in the pod's status.
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
+
+
+def token_volume_ops(spec: Mapping[str, Any], settings: InjectSettings) -> list[wire.PatchOperation]:
+    """The projected volume of the pod's service-account token that the init client mounts (none without
+    an audience, or when the pod has a volume of that name already: opted in by hand)."""
+    if settings.token_audience is None:
+        return []
+    volumes = spec.get("volumes")
+    if isinstance(volumes, list) and any(
+        isinstance(v, Mapping) and v.get("name") == TOKEN_VOLUME for v in volumes
+    ):
+        return []
+    source = {
+        "audience": settings.token_audience,
+        "expirationSeconds": TOKEN_SECONDS,
+        "path": TOKEN_PATH,
+    }
+    volume = {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": source}]}}
+    if isinstance(volumes, list) and volumes:
+        return [add_op("/spec/volumes/-", volume)]
+    return [add_op("/spec/volumes", [volume])]
 
 
 def add_op(path: str, value: Any) -> wire.PatchOperation:

@@ -22,6 +22,7 @@ from webhook.admission.inject import (
     escape_pointer,
     init_container,
     stub_ops,
+    token_volume_ops,
 )
 from webhook.admission.review import answer_review, is_pod_create
 
@@ -86,6 +87,7 @@ def mutation(
         ops.append(add_op("/spec/initContainers/0", container))
     else:
         ops.append(add_op("/spec/initContainers", [container]))
+    ops.extend(token_volume_ops(spec, settings))
     if placement is not None:
         ops.extend(_placement_ops(placement, metadata=metadata, spec=spec, names=names, evict=evict))
     return ops, warnings

@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,6 +26,7 @@ from sim.cluster.launchers.containerenv import (
     resolve_env,
 )
 from sim.cluster.launchers.forkserver import ForkServer
+from sim.cluster.launchers.projected import ProjectionError, mapped_env, project_tokens
 from sim.cluster.objects import name_of, namespace_of
 from stagger.informer import cache_key
 from stagger.kube import CONFIGMAPS, ApiError, RestClient
@@ -139,20 +141,28 @@ class InitClientRunner:
         except EnvError as exc:
             return InitResult(exit_code=0, config_error=str(exc))
         args = initclient_args(command_line(container, env))
-        release = await self.launch_gate.enter() if self.launch_gate is not None else None
-        # The kubelet creates a file for each container and mounts it at its terminationMessagePath
-        # (/dev/termination-log); here the process is told where it is. What it wrote becomes the
-        # terminated state's message, at most 4096 bytes, as the kubelet keeps it.
-        fd, log = tempfile.mkstemp(prefix="stagger-termination-log-")
-        os.close(fd)
+        # The container's own files: its projected token volumes, and the termination log the kubelet
+        # creates for each container and mounts at its terminationMessagePath (/dev/termination-log); the
+        # process is told where it is. What it wrote becomes the terminated state's message, at most 4096
+        # bytes, as the kubelet keeps it.
+        files = Path(tempfile.mkdtemp(prefix="stagger-container-"))
         try:
-            env = {**env, "STAGGER_TERMINATION_LOG": log}
-            result = await self._spawn(pod, args=args, env=env, on_started=on_started)
-            return replace(result, message=_read_message(log))
+            try:
+                mounts = await project_tokens(self.client, pod, container, into=files)
+            except ProjectionError as exc:
+                return InitResult(exit_code=0, config_error=str(exc))
+            log = files / "termination-log"
+            log.touch()
+            env = {**mapped_env(env, mounts), "STAGGER_TERMINATION_LOG": str(log)}
+            release = await self.launch_gate.enter() if self.launch_gate is not None else None
+            try:
+                result = await self._spawn(pod, args=args, env=env, on_started=on_started)
+            finally:
+                if release is not None:
+                    release()
+            return replace(result, message=_read_message(str(log)))
         finally:
-            os.unlink(log)
-            if release is not None:
-                release()
+            shutil.rmtree(files, ignore_errors=True)
 
     async def _configmaps(
         self, pod: Mapping[str, Any], container: Mapping[str, Any]

@@ -1,0 +1,230 @@
+"""Who asks: the pod's projected service-account token, the Kubernetes way.
+
+Admission mounts a token of the pod's service account into the init client, for stagger's own audience
+(`--token-audience`) and bound to the pod (Kubernetes writes the pod's name and uid into a token it
+issues for a pod's projected volume). The init client sends it as `Authorization: Bearer`. lockd asks the
+API server who it is (a TokenReview, `authentication.k8s.io/v1`: the pod's name and uid come back as the
+user's extra `authentication.kubernetes.io/pod-name` and `pod-uid`) and binds the ask or the release to
+that pod: a token of another pod, an expired one or one of another audience is refused (403) and nothing
+changes. Answers are cached by the token's hash (at most `cache` seconds, never past the token's own
+`exp`), so a pod's long polls cost one review; reviews are rate-bounded, so tokens made up by the
+thousand cannot make lockd flood the API server.
+
+A pod opted in by hand without the token (or asking through an older init client) is checked as before,
+by its name and uid on this node, unless `--require-pod-token` says it must have one.
+
+Pure but for `TokenReviewer`, which calls the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+
+from lockd.settings import TokenSettings
+from stagger.kube import TOKENREVIEWS, ApiError, RestClient
+from stagger.throttles import TokenBucket
+
+__all__ = [
+    "POD_NAME_EXTRA",
+    "POD_UID_EXTRA",
+    "Refusal",
+    "Rejected",
+    "TokenPod",
+    "TokenReviewer",
+    "Unanswered",
+    "bearer_token",
+    "decide",
+    "read_review",
+    "token_expiry",
+]
+
+logger = logging.getLogger(__name__)
+
+# Documented in https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/
+# ("Bound service account tokens": the user info's extra fields of a token bound to a pod).
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+_SERVICE_ACCOUNT = "system:serviceaccount:"
+
+
+@dataclass(frozen=True)
+class TokenPod:
+    """The pod a token was issued for."""
+
+    namespace: str
+    name: str
+    uid: str
+    service_account: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The API server does not accept the token (expired, another audience, not a pod's, made up)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """The API server could not be asked (it failed, or no review was left)."""
+
+    reason: str
+
+
+Review = TokenPod | Rejected | Unanswered
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: Literal[403, 503]
+    reason: str
+
+
+Verdict = Literal["verified", "unverified"] | Refusal
+
+
+class BadAuthorization(ValueError):
+    """An Authorization header that is not `Bearer <token>` (400)."""
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer` header; None without the header."""
+    value = headers.get("Authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+        raise BadAuthorization("Authorization: expected 'Bearer <the pod's service-account token>'")
+    return token
+
+
+def read_review(answer: Mapping[str, Any], *, audience: str) -> TokenPod | Rejected:
+    """The pod a TokenReview's answer names, or why the token is refused. Pure."""
+    status = answer.get("status") or {}
+    if status.get("authenticated") is not True:
+        return Rejected(f"the token was not accepted: {status.get('error') or 'not authenticated'}")
+    if audience not in (status.get("audiences") or [audience]):
+        return Rejected(f"the token is not for audience {audience!r}")
+    user = status.get("user") or {}
+    username = str(user.get("username") or "")
+    extra = user.get("extra") or {}
+    names, uids = extra.get(POD_NAME_EXTRA) or [], extra.get(POD_UID_EXTRA) or []
+    account = username.removeprefix(_SERVICE_ACCOUNT).split(":")
+    if not username.startswith(_SERVICE_ACCOUNT) or len(account) != 2 or len(names) != 1 or len(uids) != 1:
+        return Rejected(
+            f"the token of {username or 'nobody'} is not a pod's (a projected service-account token is needed)"
+        )
+    return TokenPod(namespace=account[0], name=str(names[0]), uid=str(uids[0]), service_account=account[1])
+
+
+def token_expiry(token: str) -> float | None:
+    """The `exp` of a JWT's payload, read without checking the signature: only to cache an answer no
+    longer than the token lives (the API server checks the token itself)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+
+
+def decide(review: Review | None, *, require: bool, namespace: str, name: str, uid: str) -> Verdict:
+    """What a request for `namespace/name` (uid `uid`, "" when not given) with this token's review (None:
+    no token) may do. Pure."""
+    if review is None:
+        if require:
+            return Refusal(403, "a service-account token of the pod is required (lockd --require-pod-token)")
+        return "unverified"
+    if isinstance(review, Rejected):
+        return Refusal(403, review.reason)
+    if isinstance(review, Unanswered):
+        if require:
+            return Refusal(503, f"the pod's token could not be checked ({review.reason}): ask again")
+        return "unverified"
+    if (review.namespace, review.name) != (namespace, name) or (uid and review.uid != uid):
+        return Refusal(
+            403,
+            f"the token is pod {review.namespace}/{review.name}'s (uid {review.uid}), "
+            f"not {namespace}/{name}'s" + (f" (uid {uid})" if uid else ""),
+        )
+    return "verified"
+
+
+class TokenReviewer:
+    """Asks the API server about tokens, with a cache and a bound on reviews."""
+
+    def __init__(
+        self,
+        *,
+        client: RestClient,
+        settings: TokenSettings,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._clock = clock
+        self._wall = wall
+        self._cache: OrderedDict[bytes, tuple[float, TokenPod | Rejected]] = OrderedDict()
+        self._reviewing: dict[bytes, asyncio.Task[Review]] = {}
+        self._reviews = TokenBucket(
+            burst=settings.token_review_burst, fill_seconds=settings.token_review_fill, now=clock()
+        )
+        self.api_reviews = 0  # TokenReviews sent, for tests and /status
+
+    async def review(self, token: str) -> Review:
+        key = hashlib.sha256(token.encode()).digest()
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        task = self._reviewing.get(key)
+        if task is None:
+            if not self._reviews.take(now):
+                return Unanswered("too many new tokens at once")
+            task = asyncio.create_task(self._review(key, token), name="token-review")
+            self._reviewing[key] = task
+            task.add_done_callback(lambda _: self._reviewing.pop(key, None))
+        # Shielded: a caller that goes away does not cancel the review others wait for.
+        return await asyncio.shield(task)
+
+    async def _review(self, key: bytes, token: str) -> Review:
+        self.api_reviews += 1
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [self._settings.token_audience]},
+        }
+        try:
+            async with asyncio.timeout(self._settings.token_review_timeout):
+                answer = await self._client.create(TOKENREVIEWS, body)
+        except ApiError as err:
+            logger.warning("TokenReview failed: %s", err)
+            return Unanswered(f"TokenReview: {err}")
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            return Unanswered(f"TokenReview: {err or type(err).__name__}")
+        found = read_review(answer, audience=self._settings.token_audience)
+        now, wall = self._clock(), self._wall()
+        until = now + self._settings.token_cache
+        expiry = token_expiry(token)
+        if expiry is not None:
+            until = min(until, now + (expiry - wall))
+        self._cache[key] = (until, found)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._settings.token_cache_entries:
+            self._cache.popitem(last=False)
+        return found
