@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 import aiohttp
 
+from sim.chaos import endstate
 from sim.chaos.faults import FaultPlan, FaultSettings
 from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
 from sim.chaos.proxy import fault_proxy
@@ -354,7 +355,13 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
                 )
                 problems.extend(released)
             jobs = await sim.client.list(JOBS, namespace=herd.namespace)
-            slots = await _lockd_slots(sim, within=settings.slot_settle_seconds)
+            # Why each pod still not Ready is where it is, read before anything else moves: the run
+            # keeps no timeline per pod, so this is what a failed seed can be explained by.
+            late = [
+                p.key for p in ledger.pods.values() if not p.deleted and p.ready_at is None and not p.finished
+            ]
+            stuck = [] if done else await endstate.stuck(sim, informer, late)
+            slots = await endstate.lockd_slots(sim, within=settings.slot_settle_seconds)
             fail_opens: Counter[str] = Counter()
             node_violations: dict[str, str] = {}
             unmutated = [p for p in ledger.pods.values() if p.unmutated]
@@ -388,6 +395,7 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
     not_ready = [p.key for p in lives if not p.deleted and p.ready_at is None and not p.finished]
     if not done:
         problems.append(f"not every pod Ready by the deadline: {not_ready[:10]}")
+        problems.extend(stuck)
     for job in jobs.get("items", []):
         failed = int((job.get("status") or {}).get("failed") or 0)
         if failed:
@@ -514,33 +522,6 @@ async def _slots_by_node(sim: SimCluster, session: aiohttp.ClientSession) -> dic
             ) as response:
                 status = await response.json(content_type=None)
             held[name] = len(status.get("slots") or [])
-    return held
-
-
-async def _lockd_slots(sim: SimCluster, *, within: float) -> list[str]:
-    """The slots lockd still holds `within` seconds after every pod was Ready (asked every second until
-    none is left): each should have ended when its pod was Ready."""
-    deadline = time.monotonic() + within
-    while True:
-        held = await _held_slots(sim)
-        if not held or time.monotonic() >= deadline:
-            return held
-        await asyncio.sleep(1.0)
-
-
-async def _held_slots(sim: SimCluster) -> list[str]:
-    held: list[str] = []
-    async with aiohttp.ClientSession() as session:
-        for name, lockd in sim.lockds.items():
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(
-                    f"{lockd.spec.url}/status",
-                    headers={"Accept": "application/json"},
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as response:
-                    status = await response.json(content_type=None)
-                for slot in status.get("slots") or []:
-                    held.append(f"{name}: {slot.get('name') or slot}")
     return held
 
 

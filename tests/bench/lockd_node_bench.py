@@ -369,9 +369,30 @@ async def request_paths(tmp: Path) -> dict[str, Any]:
     return rows
 
 
+async def _tokens(session: aiohttp.ClientSession, api: str, pods: list[Any]) -> dict[str, str]:
+    """Each pod's projected service-account token, as the kubelet asks for it (TokenRequest, bound to the
+    pod, stagger's audience): what the init client shows lockd."""
+    tokens = {}
+    for pod in pods:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": ["stagger"],
+                "expirationSeconds": 600,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid},
+            },
+        }
+        url = f"{api}/api/v1/namespaces/bench/serviceaccounts/default/token"
+        async with session.post(url, json=body) as answer:
+            tokens[pod.name] = (await answer.json())["status"]["token"]
+    return tokens
+
+
 async def cluster_memory(tmp: Path) -> dict[str, Any]:
-    """RSS of lockd in cluster mode (on the API emulator, 260 pods on its node) at rest and with 250 long-pollers,
-    and whether it imported the kubernetes package."""
+    """RSS of lockd in cluster mode (on the API emulator, 260 pods on its node) at rest and with 250 long-pollers
+    that each show their pod's service-account token (reviewed once per pod), and whether it imported the
+    kubernetes package."""
     from tests.bench.lockd_bench import NODE, _cluster_pods
 
     api_port, port = free_port(), free_port()
@@ -383,6 +404,7 @@ async def cluster_memory(tmp: Path) -> dict[str, Any]:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             pods = await _cluster_pods(session, api, ["holder"] + [f"poller-{i}" for i in range(260)])
+            tokens = await _tokens(session, api, pods[:251])
             largv = [sys.executable, "-m", "lockd", "--kubeconfig", str(kubeconfig), "--node-name", NODE]
             largv += [
                 "--no-events",
@@ -397,14 +419,17 @@ async def cluster_memory(tmp: Path) -> dict[str, Any]:
                 rest = rss_mib(proc)
                 holder = pods[0]
                 async with session.get(
-                    f"{base}/v1/lock", params={"namespace": "bench", "name": "holder", "uid": holder.uid}
+                    f"{base}/v1/lock",
+                    params={"namespace": "bench", "name": "holder", "uid": holder.uid},
+                    headers={"Authorization": f"Bearer {tokens['holder']}"},
                 ) as r:
                     assert r.status == 200, r.status
 
                 async def poll(pod: Any) -> None:
                     query = {"namespace": "bench", "name": pod.name, "uid": pod.uid, "wait": LONG_POLL}
+                    headers = {"Authorization": f"Bearer {tokens[pod.name]}"}
                     while True:
-                        async with session.get(f"{base}/v1/lock", params=query) as r:
+                        async with session.get(f"{base}/v1/lock", params=query, headers=headers) as r:
                             await r.read()
 
                 tasks = [asyncio.create_task(poll(pod)) for pod in pods[1:251]]

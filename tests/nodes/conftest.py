@@ -40,6 +40,7 @@ ORDER = (
     "test_deployment",
     "test_modes",
     "test_lifecycle",
+    "test_hostile",
     "test_failures",
     "test_coldstart",
 )

@@ -6,7 +6,8 @@
 - a kubelet restarted mid-herd: the pods it runs go on, and every pod ends Ready within the limits;
 - a node whose lockd is not running (the DaemonSet kept off it): its opted-in pods wait for lockd, then
   start without it once the node policy's unreachableWait (30 s here; maxWait is 45 s) is up, as
-  docs/design.md promises (fail-open).
+  docs/design.md promises (fail-open), and the controller counts each with its cause (an annotation and a
+  Warning Event), read from the init client's termination message.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import time
 
 from sim.realcluster.cluster import RealCluster
+from stagger.contracts.failopen import read_outcome
 from tests.nodes.kube import Herd, Kube, Release, init_status, is_ready, restarts, wait_for, workload
 from tests.nodes.policies import NODE_LIMIT, POLICIES
 
@@ -106,6 +108,22 @@ def test_a_node_without_lockd_starts_its_pods_after_the_unreachable_bound(
             assert init_status(pod, "stagger-wait")["state"]["terminated"]["exitCode"] == 0
             log = kube.run("kubectl", "logs", "-n", namespace, pod["metadata"]["name"], "-c", "stagger-wait")
             assert "could not be reached all along" in log and "unreachable-wait 30s" in log, log
+            message = init_status(pod, "stagger-wait")["state"]["terminated"].get("message")
+            outcome = read_outcome(message)
+            assert outcome is not None and outcome.get("cause") == "lockdUnreachable", message
+
+        # The controller's leader counted both from their status: marked, and a Warning Event naming the cause.
+        def counted() -> bool | None:
+            marks = [
+                (p["metadata"].get("annotations") or {}).get(f"{stagger.prefix}/started-without-slot")
+                for p in kube.pods(namespace, "app=web")
+            ]
+            events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+            warned = [e for e in events if e.get("reason") == "StaggerStartedWithoutSlot"]
+            done = marks == ["lockdUnreachable"] * 2 and len(warned) == 2
+            return True if done and all("(lockdUnreachable)" in e["message"] for e in warned) else None
+
+        wait_for("the controller to count both fail-opens", counted, timeout=60)
     finally:
         kube.delete_namespace(namespace)
         stagger.upgrade({"policies": POLICIES})

@@ -1,0 +1,93 @@
+"""What lockd and the pods say at the end of a chaos run: the slots lockd still holds, and for the pods not
+Ready at the deadline where each is (node, phase, gates, init containers) and what lockd says of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import aiohttp
+
+from sim.cluster.simcluster import SimCluster
+from stagger.informer import Informer
+from stagger.objects import condition
+
+__all__ = ["held_slots", "lockd_slots", "stuck"]
+
+logger = logging.getLogger(__name__)
+
+
+def _pod_state(pod: Any) -> str:
+    """Where a pod is: node, phase, scheduling gates, the init containers' states, Ready."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    parts = [str(spec.get("nodeName") or "unscheduled"), str(status.get("phase") or "no phase")]
+    gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+    if gates:
+        parts.append(f"gates {gates}")
+    for container in status.get("initContainerStatuses") or []:
+        state = container.get("state") or {}
+        [(kind, detail)] = list(state.items())[:1] or [("unknown", {})]
+        reason = (detail or {}).get("reason") or ""
+        parts.append(f"init {container.get('name')} {kind}{' ' + reason if reason else ''}")
+    ready = condition(pod, "Ready")
+    parts.append(f"Ready {ready.get('status') if ready else 'unknown'}")
+    return ", ".join(parts)
+
+
+async def stuck(sim: SimCluster, informer: Informer, keys: list[str], *, most: int = 5) -> list[str]:
+    """For the first pods not Ready at the deadline (`keys`, namespace/name): their state, and what lockd
+    says of them (slot, or queue position and reason)."""
+    if not keys:
+        return []
+    said: dict[str, str] = {}
+    async with aiohttp.ClientSession() as session:
+        for node, lockd in sim.lockds.items():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                async with session.get(
+                    f"{lockd.spec.url}/status?limit=1000", timeout=aiohttp.ClientTimeout(total=5)
+                ) as response:
+                    status = await response.json(content_type=None)
+                for slot in status.get("slots") or []:
+                    said[f"{slot.get('namespace')}/{slot.get('name')}"] = f"holds a slot on {node}"
+                for waiter in status.get("queue") or []:
+                    said[f"{waiter.get('namespace')}/{waiter.get('name')}"] = (
+                        f"waiting on {node} at {waiter.get('position')} for {waiter.get('waitingSeconds')}s: "
+                        f"{waiter.get('reason')}"
+                    )
+    lines = []
+    for key in keys[:most]:
+        pod = informer.get(key)
+        where = _pod_state(pod) if pod is not None else "gone from the watch"
+        lines.append(f"  {key}: {where}; lockd: {said.get(key, 'knows nothing of it')}")
+    logger.warning("pods not Ready at the deadline:\n%s", "\n".join(lines))
+    return [f"stuck: {line.strip()}" for line in lines]
+
+
+async def lockd_slots(sim: SimCluster, *, within: float) -> list[str]:
+    """The slots lockd still holds `within` seconds after every pod was Ready (asked every second until
+    none is left): each should have ended when its pod was Ready."""
+    deadline = time.monotonic() + within
+    while True:
+        held = await held_slots(sim)
+        if not held or time.monotonic() >= deadline:
+            return held
+        await asyncio.sleep(1.0)
+
+
+async def held_slots(sim: SimCluster) -> list[str]:
+    held: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        for name, lockd in sim.lockds.items():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(
+                    f"{lockd.spec.url}/status",
+                    headers={"Accept": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as response:
+                    status = await response.json(content_type=None)
+                for slot in status.get("slots") or []:
+                    held.append(f"{name}: {slot.get('name') or slot}")
+    return held

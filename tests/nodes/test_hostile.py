@@ -1,0 +1,95 @@
+"""A hostile pod on a real node against the real lockd, with real service-account tokens: a pod that is not
+opted in mounts its own projected token (stagger's audience, as admission mounts it into the init client)
+and asks lockd for a slot, then to release it, in the name of an opted-in pod on the same node. The kubelet
+issued the token for the attacker, the API server's TokenReview says so, and lockd refuses both (403)
+naming whose the token is. The victim's own init client, with the token admission projected into it, was
+verified and granted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.nodes.kube import Kube, Release, init_status, is_ready, wait_for, workload
+from tests.nodes.policies import STAGGER_IMAGE
+
+# The attacker: reads its own token, then GET and DELETE /v1/lock in the victim's name, printing the answers.
+ATTACK = """
+import os, urllib.error, urllib.request
+token = open("/var/run/secrets/stagger/token").read().strip()
+query = "namespace={}&name={}&uid={}".format(os.environ["VICTIM_NAMESPACE"], os.environ["VICTIM_NAME"], os.environ["VICTIM_UID"])
+url = "http://{}:{}/v1/lock?{}".format(os.environ["HOST_IP"], os.environ["LOCKD_PORT"], query)
+for method in ("GET", "DELETE"):
+    request = urllib.request.Request(url, method=method, headers={"Authorization": "Bearer " + token})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            print(method, answer.status, answer.read().decode(), flush=True)
+    except urllib.error.HTTPError as err:
+        print(method, err.code, err.read().decode(), flush=True)
+"""
+
+
+def _attacker(namespace: str, victim: dict[str, Any], port: int) -> dict[str, Any]:
+    meta = victim["metadata"]
+    env = [
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "LOCKD_PORT", "value": str(port)},
+        {"name": "VICTIM_NAMESPACE", "value": meta["namespace"]},
+        {"name": "VICTIM_NAME", "value": meta["name"]},
+        {"name": "VICTIM_UID", "value": meta["uid"]},
+    ]
+    token = {"serviceAccountToken": {"audience": "stagger", "expirationSeconds": 600, "path": "token"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "attacker", "namespace": namespace},
+        "spec": {
+            "nodeName": victim["spec"]["nodeName"],
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "attack",
+                    "image": STAGGER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", ATTACK],
+                    "env": env,
+                    "volumeMounts": [
+                        {"name": "token", "mountPath": "/var/run/secrets/stagger", "readOnly": True}
+                    ],
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+                }
+            ],
+            "volumes": [{"name": "token", "projected": {"sources": [token]}}],
+        },
+    }
+
+
+def test_a_pod_with_its_own_token_cannot_act_in_another_pods_name(stagger: Release, kube: Kube) -> None:
+    namespace = kube.namespace("hostile")
+    try:
+        kube.apply(workload("victim", namespace, replicas=1, cpu_seconds=0.2))
+
+        def victim_ready() -> dict[str, Any] | None:
+            pods = kube.pods(namespace, "app=victim")
+            return pods[0] if len(pods) == 1 and is_ready(pods[0]) else None
+
+        victim = wait_for("the victim Ready", victim_ready, timeout=120)
+        # Its own init client showed lockd the token admission projected into it, and was granted.
+        [token_volume] = [v for v in victim["spec"]["volumes"] if v["name"] == "stagger-pod-token"]
+        assert token_volume["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "stagger"
+        assert init_status(victim, "stagger-wait")["state"]["terminated"]["message"] == '{"slot": "granted"}'
+
+        kube.apply(_attacker(namespace, victim, stagger.lockd_port()))
+
+        def finished() -> bool | None:
+            phase = kube.get(f"/api/v1/namespaces/{namespace}/pods/attacker")["status"].get("phase")
+            return True if phase in ("Succeeded", "Failed") else None
+
+        wait_for("the attacker to finish", finished, timeout=90)
+        log = kube.run("kubectl", "logs", "-n", namespace, "attacker")
+        lines = log.strip().splitlines()
+        assert [line.split(" ", 2)[:2] for line in lines] == [["GET", "403"], ["DELETE", "403"]], log
+        whose = f"the token is pod {namespace}/attacker's"
+        assert all(whose in line for line in lines), log
+    finally:
+        kube.delete_namespace(namespace)
