@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options."""
 
 from __future__ import annotations
 
@@ -14,9 +14,19 @@ from tests.bench import (
     lockd_bench,
     lockd_node_bench,
     realherd_bench,
+    waiter_memory_bench,
 )
 
-KNOWN = ("lockd", "lockd-cluster", "lockd-queue", "lockd-node", "admission", "groups", "buys")
+KNOWN = (
+    "lockd",
+    "lockd-cluster",
+    "lockd-queue",
+    "lockd-waiters",
+    "lockd-node",
+    "admission",
+    "groups",
+    "buys",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = asyncio.run(groups_bench.run())
         elif name == "admission":
             results[name] = asyncio.run(admission_bench.run(seconds=args.seconds))
+        elif name == "lockd-waiters":
+            # RSS per long-polling waiter (2,000 and 5,000); `python -m tests.bench.waiter_memory_bench --traced`
+            # also lists where it goes.
+            results[name] = asyncio.run(waiter_memory_bench.measure())
         elif name == "lockd-queue":
             results[name] = asyncio.run(lockd_bench.queue_scaling(seconds=min(args.seconds, 5.0)))
         else:

@@ -5,6 +5,7 @@ written down as missed, with what limits it where the benchmark knows.
 
 The benchmarks, each also runnable on its own:
 - lockd on a node (`python -m tests.bench lockd-node`): writes OUT/lockd.json and OUT/lockd.md itself;
+- lockd's memory per long-polling waiter (`python -m tests.bench lockd-waiters`);
 - the controller's admission (`python -m tests.bench admission`) and group pacing at 10,000 pods
   (`python -m tests.bench groups`);
 - what stagger buys on the simulated cluster (`python -m tests.bench buys`): writes OUT/buys.json, OUT/buys.md
@@ -29,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from tests.bench import admission_bench, groups_bench
+from tests.bench import admission_bench, groups_bench, waiter_memory_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,6 +172,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "",
         *_included(out, "lockd.md"),
         "",
+        "### Memory per long-polling waiter",
+        "",
+        "Command: `python -m tests.bench lockd-waiters` (goal: <= 8 KiB a waiter; where it goes:",
+        "`python -m tests.bench.waiter_memory_bench --traced`).",
+        "",
+        *(_table(results["lockd-waiters"]) if "lockd-waiters" in results else ["(not run)"]),
+        "",
         "## 2. The controller",
         "",
         "Commands: `python -m tests.bench admission` and `python -m tests.bench groups`.",
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.report", description=__doc__)
     parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where to write (default bench/)")
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["lockd-node", "admission", "groups", "buys"],
+        "--skip", action="append", default=[], choices=["lockd-node", "lockd-waiters", "admission", "groups", "buys"],
         help="a benchmark not to run (its last files, if any, are still included)",
     )  # fmt: skip
     parser.add_argument(
@@ -224,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": machine()}
     if "lockd-node" not in args.skip:
         _run_module("lockd-node")
+    if "lockd-waiters" not in args.skip:
+        results["lockd-waiters"] = asyncio.run(waiter_memory_bench.measure())
     if "admission" not in args.skip:
         runs = [asyncio.run(admission_bench.run(seconds=10.0)) for _ in range(args.runs)]
         results["admission"], results["admission runs"] = medians(runs), runs
