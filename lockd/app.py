@@ -197,7 +197,8 @@ async def lock(request: web.Request) -> web.Response:
     app = request.app
     service = app[SERVICE]
     try:
-        query = app[QUERIES].get(request.rel_url.raw_query_string, lambda: request.query)
+        # Parsed from the raw string, not `request.query`: that would stay on the request while it waits.
+        query = app[QUERIES].get(request.rel_url.raw_query_string)
         view = _view(app)
         if view is not None and not query.uid:
             raise params.BadRequest("uid: required in cluster mode (the pod's metadata.uid)")
