@@ -47,7 +47,7 @@ class Slot:
     token_hash: str = ""
 
 
-@dataclass
+@dataclass(slots=True)  # one per waiting pod: no __dict__ (tests/bench/waiter_memory_bench.py)
 class Waiter:
     namespace: str
     name: str
