@@ -15,7 +15,7 @@ from sim.cluster.simcluster import SimCluster
 from stagger.informer import Informer
 from stagger.objects import condition
 
-__all__ = ["held_slots", "lockd_slots", "stuck"]
+__all__ = ["held_slots", "lockd_slots", "lockd_statuses", "stuck"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +44,15 @@ async def stuck(sim: SimCluster, informer: Informer, keys: list[str], *, most: i
         return []
     said: dict[str, str] = {}
     async with aiohttp.ClientSession() as session:
-        for node, lockd in sim.lockds.items():
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-                async with session.get(
-                    f"{lockd.spec.url}/status?limit=1000", timeout=aiohttp.ClientTimeout(total=5)
-                ) as response:
-                    status = await response.json(content_type=None)
-                for slot in status.get("slots") or []:
-                    said[f"{slot.get('namespace')}/{slot.get('name')}"] = f"holds a slot on {node}"
-                for waiter in status.get("queue") or []:
-                    said[f"{waiter.get('namespace')}/{waiter.get('name')}"] = (
-                        f"waiting on {node} at {waiter.get('position')} for {waiter.get('waitingSeconds')}s: "
-                        f"{waiter.get('reason')}"
-                    )
+        statuses = await lockd_statuses(sim, session, each_within=5.0, limit=1000)
+    for node, status in statuses.items():
+        for slot in status.get("slots") or []:
+            said[f"{slot.get('namespace')}/{slot.get('name')}"] = f"holds a slot on {node}"
+        for waiter in status.get("queue") or []:
+            said[f"{waiter.get('namespace')}/{waiter.get('name')}"] = (
+                f"waiting on {node} at {waiter.get('position')} for {waiter.get('waitingSeconds')}s: "
+                f"{waiter.get('reason')}"
+            )
     lines = []
     for key in keys[:most]:
         pod = informer.get(key)
@@ -78,16 +74,26 @@ async def lockd_slots(sim: SimCluster, *, within: float) -> list[str]:
 
 
 async def held_slots(sim: SimCluster) -> list[str]:
-    held: list[str] = []
     async with aiohttp.ClientSession() as session:
-        for name, lockd in sim.lockds.items():
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(
-                    f"{lockd.spec.url}/status",
-                    headers={"Accept": "application/json"},
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as response:
-                    status = await response.json(content_type=None)
-                for slot in status.get("slots") or []:
-                    held.append(f"{name}: {slot.get('name') or slot}")
-    return held
+        statuses = await lockd_statuses(sim, session, each_within=5.0)
+    return [
+        f"{name}: {slot.get('name') or slot}"
+        for name, status in statuses.items()
+        for slot in status.get("slots") or []
+    ]
+
+
+async def lockd_statuses(
+    sim: SimCluster, session: aiohttp.ClientSession, *, each_within: float, limit: int = 100
+) -> dict[str, dict[str, Any]]:
+    """Each lockd's `/status` by node; a lockd that does not answer in time is left out."""
+    statuses: dict[str, dict[str, Any]] = {}
+    for name, lockd in sim.lockds.items():
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+            async with session.get(
+                f"{lockd.spec.url}/status?limit={limit}",
+                headers={"Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=each_within),
+            ) as response:
+                statuses[name] = await response.json(content_type=None)
+    return statuses

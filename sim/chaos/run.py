@@ -512,17 +512,8 @@ def _clock_skew(
 
 async def _slots_by_node(sim: SimCluster, session: aiohttp.ClientSession) -> dict[str, int]:
     """How many slots each lockd holds now (a lockd that does not answer: none)."""
-    held: dict[str, int] = {}
-    for name, lockd in sim.lockds.items():
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-            async with session.get(
-                f"{lockd.spec.url}/status",
-                headers={"Accept": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=2),
-            ) as response:
-                status = await response.json(content_type=None)
-            held[name] = len(status.get("slots") or [])
-    return held
+    statuses = await endstate.lockd_statuses(sim, session, each_within=2.0)
+    return {name: len(status.get("slots") or []) for name, status in statuses.items()}
 
 
 _GROUP_FAIL_OPEN = re.compile(

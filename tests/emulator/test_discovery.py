@@ -3,6 +3,7 @@ client's discovery-driven dynamic client; unknown paths are 404 Status objects."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, dynamic
@@ -59,8 +60,10 @@ def test_unknown_paths_are_404_status(http: Http) -> None:
         assert response.json()["kind"] == "Status" and response.json()["reason"] == "NotFound"
 
 
-def test_dynamic_client_discovers_and_uses_resources(api: client.ApiClient) -> None:
-    dyn: Any = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+def test_dynamic_client_discovers_and_uses_resources(api: client.ApiClient, tmp_path: Path) -> None:
+    # Its discovery cache in the test's folder: by default the client leaves /tmp/osrcp-<hash>.json behind.
+    cache = str(tmp_path / "discovery.json")
+    dyn: Any = dynamic.DynamicClient(api, cache_file=cache)  # type: ignore[no-untyped-call]
     pdbs = dyn.resources.get(api_version="policy/v1", kind="PodDisruptionBudget")
     pdbs.create(
         body={
