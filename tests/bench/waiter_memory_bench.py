@@ -294,7 +294,7 @@ def _traced_build(settings: Any) -> Any:
         return web.json_response(
             {
                 "traced per waiter (bytes)": round(total / per),
-                "by file": _diff(base, now, per, key="filename", top=10),
+                "by file": _diff(base, now, per, key="filename", top=20),
                 "by line": _diff(base, now, per, key="lineno", top=40),
                 "by traceback": _diff(base, now, per, key="traceback", top=12),
             }
