@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from sim.cluster.measure.grouprun import controller_statuses
 from sim.cluster.simcluster import SimCluster
 from stagger.informer import Informer
 from stagger.objects import condition
@@ -38,13 +39,14 @@ def _pod_state(pod: Any) -> str:
 
 
 async def stuck(sim: SimCluster, informer: Informer, keys: list[str], *, most: int = 5) -> list[str]:
-    """For the first pods not Ready at the deadline (`keys`, namespace/name): their state, and what lockd
-    says of them (slot, or queue position and reason)."""
+    """For the first pods not Ready at the deadline (`keys`, namespace/name): their state, what lockd says
+    of them (slot, or queue position and reason), and the leader's groups (held pods wait for those)."""
     if not keys:
         return []
     said: dict[str, str] = {}
     async with aiohttp.ClientSession() as session:
         statuses = await lockd_statuses(sim, session, each_within=5.0, limit=1000)
+        groups = await _leader_groups(sim, session)
     for node, status in statuses.items():
         for slot in status.get("slots") or []:
             said[f"{slot.get('namespace')}/{slot.get('name')}"] = f"holds a slot on {node}"
@@ -58,8 +60,27 @@ async def stuck(sim: SimCluster, informer: Informer, keys: list[str], *, most: i
         pod = informer.get(key)
         where = _pod_state(pod) if pod is not None else "gone from the watch"
         lines.append(f"  {key}: {where}; lockd: {said.get(key, 'knows nothing of it')}")
+    if groups:
+        lines.append(f"  the leader's groups: {groups}")
     logger.warning("pods not Ready at the deadline:\n%s", "\n".join(lines))
     return [f"stuck: {line.strip()}" for line in lines]
+
+
+async def _leader_groups(sim: SimCluster, session: aiohttp.ClientSession) -> str:
+    """The leading replica's groups (ready/starting/held of limit), for why held pods were not released."""
+    if sim.controller is None:
+        return ""
+    for section in await controller_statuses(sim.controller, session):
+        if section.get("isLeader"):
+            return (
+                "; ".join(
+                    f"{g.get('policy')}/{g.get('key')} {g.get('ready')} ready, {g.get('starting')} starting, "
+                    f"{g.get('held')} held (limit {g.get('limit')})"
+                    for g in section.get("groups") or []
+                )
+                + f"; reservations {(section.get('reservations') or {}).get('count')}"
+            )
+    return "no replica leads"
 
 
 async def lockd_slots(sim: SimCluster, *, within: float) -> list[str]:

@@ -369,7 +369,7 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
                 fail_opens["admission webhook unreachable (failurePolicy Ignore)"] += len(unmutated)
             for name, kubelet in sim.kubelets.items():
                 for fail_open in kubelet.fail_opens:
-                    fail_opens[_cause(fail_open.why)] += 1
+                    fail_opens[f"init client: {fail_open.cause}"] += 1
                     logger.info("%s: %s failed open: %s", name, fail_open.pod, fail_open.why)
                 peak = kubelet.peak_starting
                 if peak > herd.node_limit:
@@ -538,15 +538,3 @@ def _tracebacks(work_dir: Path) -> Counter[str]:
         if count:
             found[log.name] = count
     return found
-
-
-def _cause(line: str) -> str:
-    """The cause in an init client's fail-open line (`... slot for ns/name: <cause>; ... (fail-open)`),
-    without the pod's own details: `lockd rejected the request (HTTP 403)`, `max-wait is over`."""
-    text = line.split("(fail-open)")[0]
-    found = re.search(r"slot for \S+: (.*)", text)
-    why = found[1] if found else text
-    why = re.split(r"[;:]", why, maxsplit=1)[0].strip()
-    if why.count("(") > why.count(")"):
-        why += ")"
-    return why[:80] or "unknown"

@@ -56,6 +56,7 @@ from sim.cluster.startup import (
     remove_container,
     start_container,
 )
+from stagger.contracts.failopen import read_outcome
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.objects import Obj
@@ -71,6 +72,8 @@ class FailOpen:
     """namespace/name"""
     why: str
     """The init client's line saying why."""
+    cause: str = "unknown"
+    """The cause its termination message names (stagger.contracts.failopen)."""
 
 
 @dataclass(frozen=True)
@@ -384,8 +387,10 @@ class Kubelet:
         started = view.started_at if view.started_at is not None else now
         if result.exit_code == 0:
             fail_open = next((line for line in result.output if "(fail-open)" in line), None)
-            if fail_open is not None:
-                self.fail_opens.append(FailOpen(pod=rt.key, why=fail_open))
+            outcome = read_outcome(result.message)
+            if fail_open is not None or (outcome is not None and outcome["slot"] == "none"):
+                cause = outcome.get("cause", "unknown") if outcome is not None else "unknown"
+                self.fail_opens.append(FailOpen(pod=rt.key, why=fail_open or "", cause=cause))
             rt.init_views[index] = replace(
                 _reset(view),
                 state="terminated",
