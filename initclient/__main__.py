@@ -124,16 +124,10 @@ def write_outcome(path: str, *, cause: FailOpenCause | None, reason: str) -> Non
     try:
         # Never created here: the kubelet creates the file before the container starts, and run outside
         # a container (a test, a person trying it) the client must not leave a /dev/termination-log behind.
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), "w", encoding="ascii") as handle:
+            handle.write(format_outcome(cause=cause, reason=reason))
     except FileNotFoundError:
         logger.debug("no %s to write the outcome to (not in a container)", path)
-        return
-    except OSError as err:
-        logger.warning("could not write the outcome to %s: %s (stagger will not see why)", path, err)
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(format_outcome(cause=cause, reason=reason))
     except OSError as err:
         logger.warning("could not write the outcome to %s: %s (stagger will not see why)", path, err)
 

@@ -269,7 +269,7 @@ async def _check_token(
     state = app.get(CLUSTER)
     if state is None or state.tokens is None:
         return "standalone"
-    metrics = app[SERVICE].metrics
+    metrics = app[METRICS]
     try:
         token = podtoken.bearer_token(request.headers)
     except podtoken.BadAuthorization as err:
@@ -280,11 +280,11 @@ async def _check_token(
         review, require=app[SETTINGS].tokens.require_pod_token, namespace=namespace, name=name, uid=uid
     )
     if isinstance(verdict, podtoken.Refusal):
-        app[METRICS].pod_tokens.count("refused")
+        metrics.pod_tokens.count("refused")
         metrics.count("forbidden" if verdict.status == 403 else "unconfirmed")
         headers = {"Retry-After": "1"} if verdict.status == 503 else None
         return _json_error(verdict.status, verdict.reason, headers=headers)
-    app[METRICS].pod_tokens.count(
+    metrics.pod_tokens.count(
         "verified" if verdict == "verified" else "absent" if review is None else "unchecked"
     )
     return verdict

@@ -35,7 +35,16 @@ from webhook.app import METRICS
 from webhook.groups.podwatch import PodWatch
 from webhook.groups.state import GROUPS
 
-__all__ = ["EVENT_REASON", "FailOpen", "FailOpens", "fail_open_of", "publish", "status_section", "tally"]
+__all__ = [
+    "EVENT_REASON",
+    "FailOpen",
+    "FailOpens",
+    "fail_open_of",
+    "marked_cause",
+    "publish",
+    "status_section",
+    "tally",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +70,12 @@ class FailOpen:
     reason: str
 
 
+def marked_cause(pod: Mapping[str, Any], *, names: Names) -> str | None:
+    """The cause a pod was marked with once counted (`started-without-slot`), or None."""
+    cause = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.started_without_slot_annotation)
+    return cause if isinstance(cause, str) else None
+
+
 def fail_open_of(pod: Mapping[str, Any], *, names: Names, init_container: str) -> FailOpen | None:
     """Why an opted-in pod started without its slot, or None (it got one, has not started, or has been
     counted already). Pure; reads the pod as `webhook.groups.podwatch.slim_pod` keeps it."""
@@ -68,7 +83,7 @@ def fail_open_of(pod: Mapping[str, Any], *, names: Names, init_container: str) -
     annotations = metadata.get("annotations") or {}
     if (metadata.get("labels") or {}).get(names.enable_label) != "1":
         return None
-    if names.started_without_slot_annotation in annotations:
+    if marked_cause(pod, names=names) is not None:
         return None
     marked = annotations.get(names.failed_open_annotation)
     for cause, reason in _GROUP_CAUSES.items():
@@ -105,10 +120,8 @@ def tally(pods: Iterable[Obj], *, names: Names, groups_of: Callable[[Obj], list[
     by_node: Counter[str] = Counter()
     by_group: Counter[str] = Counter()
     for pod in pods:
-        cause = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            names.started_without_slot_annotation
-        )
-        if not isinstance(cause, str):
+        cause = marked_cause(pod, names=names)
+        if cause is None:
             continue
         by_cause[cause] += 1
         by_node[str((pod.get("spec") or {}).get("nodeName") or "(not scheduled)")] += 1
@@ -235,12 +248,7 @@ class FailOpens:
 
     def now_by_cause(self) -> dict[str, int]:
         """For the gauge: the marked pods known now, by cause (every cause, zeros too)."""
-        counts = Counter(
-            ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                self._names.started_without_slot_annotation
-            )
-            for pod in self._watch.informer.objects()
-        )
+        counts = Counter(marked_cause(pod, names=self._names) for pod in self._watch.informer.objects())
         return {cause: counts[cause] for cause in CAUSES}
 
 

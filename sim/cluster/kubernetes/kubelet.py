@@ -72,7 +72,7 @@ class FailOpen:
     """namespace/name"""
     why: str
     """The init client's line saying why."""
-    cause: str = "unknown"
+    cause: str
     """The cause its termination message names (stagger.contracts.failopen)."""
 
 
@@ -386,11 +386,11 @@ class Kubelet:
             return False
         started = view.started_at if view.started_at is not None else now
         if result.exit_code == 0:
-            fail_open = next((line for line in result.output if "(fail-open)" in line), None)
+            # The init client says why it starts without a slot in its termination message.
             outcome = read_outcome(result.message)
-            if fail_open is not None or (outcome is not None and outcome["slot"] == "none"):
-                cause = outcome.get("cause", "unknown") if outcome is not None else "unknown"
-                self.fail_opens.append(FailOpen(pod=rt.key, why=fail_open or "", cause=cause))
+            if outcome is not None and outcome["slot"] == "none":
+                why, cause = outcome.get("reason", ""), outcome.get("cause", "unknown")
+                self.fail_opens.append(FailOpen(pod=rt.key, why=why, cause=cause))
             rt.init_views[index] = replace(
                 _reset(view),
                 state="terminated",
