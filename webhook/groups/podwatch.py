@@ -32,7 +32,7 @@ COMPONENT = "stagger-controller"
 REASON_KEPT = 512
 
 
-def slim_pod(pod: Mapping[str, Any], *, names: Names, init_container: str = "stagger-wait") -> Obj:
+def slim_pod(pod: Mapping[str, Any], *, names: Names, init_container: str) -> Obj:
     """What the controller keeps of a pod. Pure. Annotations and labels under other prefixes, the spec
     beyond scheduling gates, node and the init containers' names, owner references but the controller's,
     and every status field but phase, the Ready condition and how the init client (`init_container`)
@@ -124,8 +124,8 @@ class PodWatch:
         settings: InformerSettings,
         events: EventRecorder | None,
         host: str,
+        init_container: str,
         wall: Callable[[], float] = time.time,
-        init_container: str = "stagger-wait",
     ) -> None:
         names = pacing.names
         self.pacing = pacing
