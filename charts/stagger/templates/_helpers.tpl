@@ -1,23 +1,62 @@
+{{/* The chart's name, or nameOverride: the app.kubernetes.io/name label and part of the full name. */}}
+{{- define "stagger.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 45 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* At most 45 characters: the longest name made from it, <fullname>-controller-leader (a Service), must
-stay a DNS label of at most 63. */}}
+stay a DNS label of at most 63. fullnameOverride replaces it whole; else the release name, followed by the
+chart's name unless the release name holds it already. */}}
 {{- define "stagger.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "stagger.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 45 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 45 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/* On every object of the release; commonLabels added (they cannot replace these). */}}
 {{- define "stagger.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "stagger.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- range $key, $value := .Values.commonLabels }}
+{{- if not (hasPrefix "app.kubernetes.io/" $key) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
+{{/* By digest when one is given (what runs cannot change under a tag), else by tag. */}}
 {{- define "stagger.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's pod metadata: the release's labels, the component, then its podLabels and podAnnotations.
+Call with (dict "root" $ "component" "lockd" "values" .Values.lockd). */}}
+{{- define "stagger.podMetadata" -}}
+labels:
+  {{- include "stagger.labels" .root | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- range $key, $value := .values.podLabels }}
+  {{- if not (hasPrefix "app.kubernetes.io/" $key) }}
+  {{ $key }}: {{ $value | quote }}
+  {{- end }}
+  {{- end }}
+{{- with .values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "stagger.controller.name" -}}
