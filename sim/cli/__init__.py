@@ -88,10 +88,25 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
     return herd.main
 
 
+_OWN_PACKAGES = frozenset({"sim", "stagger", "lockd", "webhook", "initclient", "tests"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     given = list(sys.argv[1:] if argv is None else argv)
     if not given:
         parser.error(f"which command? one of {', '.join(COMMANDS)} (--help says what each does)")
     args = parser.parse_args(given)
-    return _command(args.command)(args.args)
+    try:
+        command = _command(args.command)
+    except ModuleNotFoundError as missing:
+        # `make run` installs what lockd needs, not the test bed's extras (cryptography, trustme, psutil, ...):
+        # say what to do instead of a traceback. A module of the project itself missing is a bug: raised.
+        if (missing.name or "").split(".")[0] in _OWN_PACKAGES:
+            raise
+        parser.exit(
+            2,
+            f"python -m sim {args.command}: the Python module {missing.name!r} is not installed; the test bed "
+            "needs the test extras: run `make venv` (or `.venv/bin/pip install -e '.[test]'`)\n",
+        )
+    return command(args.args)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,19 @@ def test_cli_settings_override_the_scenario(tmp_path: Path) -> None:
 def test_bad_cli_input_is_named(argv: list[str], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse_cli(argv)
+
+
+@pytest.mark.parametrize("command", [pytest.param(command, id=command) for command in cli.COMMANDS])
+def test_a_run_only_venv_is_told_to_install_the_test_extras(command: str) -> None:
+    """`make run` installs only what lockd needs; `python -m sim herd --help` there ended in a traceback. A
+    process in which the test extras' cryptography cannot be imported stands for that venv: each command
+    either still works or says to run `make venv`."""
+    blocker = (
+        "import runpy, sys; sys.modules['cryptography'] = None;"
+        f" sys.argv = ['sim', {command!r}, '--help']; runpy.run_module('sim', run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    if done.returncode != 0:
+        assert done.returncode == 2, done.stderr
+        assert "'cryptography' is not installed" in done.stderr and "make venv" in done.stderr
