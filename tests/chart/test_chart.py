@@ -168,6 +168,16 @@ def test_the_validated_versions_are_the_charts() -> None:
         ),
         pytest.param(("controller.tls.certManager.enabled=true",), (), id="cert-manager"),
         pytest.param(("controller.webhook.jobs=false",), (), id="jobs-webhook-off"),
+        pytest.param(("networkPolicy.enabled=true",), (), id="network-policy"),
+        pytest.param(
+            (
+                "networkPolicy.enabled=true",
+                "controller.enabled=false",
+                "lockd.controllerUrl=https://pacer.example",
+            ),
+            (),
+            id="network-policy-without-controller",
+        ),
         pytest.param(
             (
                 "controller.replicas=3",

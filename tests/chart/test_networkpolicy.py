@@ -1,0 +1,86 @@
+"""`networkPolicy.enabled`: a NetworkPolicy for lockd and one for the controller that admit connections only on
+the ports each serves and let each reach only DNS, the API server (the ports and addresses given) and the
+controller's port; none without the value. (Enforcement is the network plugin's: the test bed's plugin does not
+enforce NetworkPolicy, so what is tested here is what the chart asks for.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.chart.helm import CONTROLLER, FULLNAME, Doc, RenderError, render
+
+Rule = dict[str, Any]
+
+
+def policies(docs: list[Doc]) -> dict[str, Doc]:
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "NetworkPolicy"}
+
+
+def ingress_ports(policy: Doc) -> set[int]:
+    return {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
+
+
+def egress_ports(policy: Doc) -> set[tuple[int, str]]:
+    return {(p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule.get("ports", [])}
+
+
+def test_none_by_default() -> None:
+    assert policies(render()) == {}
+
+
+def test_each_part_accepts_only_its_ports_and_reaches_only_dns_the_api_and_the_controller() -> None:
+    found = policies(render("networkPolicy.enabled=true", "lockd.port=9500", "controller.probePort=9091"))
+    lockd, controller = found[f"{FULLNAME}-lockd"], found[CONTROLLER]
+    assert lockd["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "lockd"
+    assert controller["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
+    for policy in (lockd, controller):
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        assert egress_ports(policy) == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (9443, "TCP")}
+        to_controller = [r for r in policy["spec"]["egress"] if any(p["port"] == 9443 for p in r["ports"])]
+        assert (
+            to_controller[0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            == "controller"
+        )
+    assert ingress_ports(lockd) == {9500}
+    assert ingress_ports(controller) == {9443, 9091}
+
+
+def test_the_api_server_addresses_and_extra_rules() -> None:
+    extra = [{"to": [{"ipBlock": {"cidr": "198.19.0.0/16"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}]
+    found = policies(
+        render(
+            "networkPolicy.enabled=true",
+            jsons=(
+                'networkPolicy.apiServer.cidrs=["198.18.0.1/32"]',
+                "networkPolicy.apiServer.ports=[6443]",
+                f"networkPolicy.extraEgress={json.dumps(extra)}",
+            ),
+        )
+    )
+    for policy in found.values():
+        rules: list[Rule] = policy["spec"]["egress"]
+        api = [r for r in rules if [p["port"] for p in r.get("ports", [])] == [6443]]
+        assert api[0]["to"] == [{"ipBlock": {"cidr": "198.18.0.1/32"}}]
+        assert extra[0] in rules
+
+
+def test_without_the_charts_controller_only_lockd_has_one() -> None:
+    found = policies(render("networkPolicy.enabled=true", "controller.enabled=false"))
+    assert list(found) == [f"{FULLNAME}-lockd"]
+    assert (9443, "TCP") not in egress_ports(found[f"{FULLNAME}-lockd"])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param('networkPolicy.apiServer.ports=["https"]', id="named-port"),
+        pytest.param('networkPolicy.apiServer.cidrs=["apiserver"]', id="not-a-cidr"),
+        pytest.param("networkPolicy.apiServer.ports=[]", id="no-port"),
+    ],
+)
+def test_bad_values_are_refused(bad: str) -> None:
+    with pytest.raises(RenderError, match="/networkPolicy/apiServer"):
+        render("networkPolicy.enabled=true", jsons=(bad,))
