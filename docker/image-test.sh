@@ -97,6 +97,9 @@ try:
         b, body_b = get(base + "/v1/lock?namespace=default&name=b")
         check(a == 200, f"GET /v1/lock name=a: {a} (200) {body_a.strip()[:120]}")
         check(b == 423, f"GET /v1/lock name=b: {b} (423) {body_b.strip()[:120]}")
+        # What the chart's `helm test` runs, from this image.
+        p, took = run("kubectl_stagger", "selftest", "--lockd-url", base)
+        check(p.returncode == 0 and "ok  lockd" in p.stdout, f"kubectl_stagger selftest: exit {p.returncode} {p.stdout.strip()[:120]}")
 finally:
     lockd.terminate()
     try:

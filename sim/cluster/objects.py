@@ -37,6 +37,15 @@ def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict(annotations) if isinstance(annotations, dict) else {}
 
 
+STANDIN_ANNOTATION = "sim.stagger.technicianted/standin"
+"""On a pod that stands in for a process the simulated cluster runs itself (`sim.cluster.standins`): no
+kubelet runs it, as no real kubelet runs a static pod's mirror pod."""
+
+
+def is_standin(obj: Mapping[str, Any]) -> bool:
+    return STANDIN_ANNOTATION in annotations_of(obj)
+
+
 def is_terminating(obj: Mapping[str, Any]) -> bool:
     return bool(meta(obj).get("deletionTimestamp"))
 

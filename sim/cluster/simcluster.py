@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from sim.cluster import standins
 from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.controllers import ControllerManager, ControllerSettings
@@ -40,8 +42,9 @@ from sim.cluster.scenario import (
 from sim.cluster.startup import ModelSettings
 from sim.kubeconfig import write_kubeconfig
 from stagger.informer import InformerSettings
-from stagger.kube import BY_KIND, NAMESPACES, ApiError, Resource, RestClient
+from stagger.kube import BY_KIND, NAMESPACES, PODS, ApiError, Resource, RestClient
 from stagger.objects import Obj
+from stagger.timestamps import format_rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +99,10 @@ class ClusterSettings:
     plain HTTP on loopback; it authenticates upstream); None: directly. The sim's own kubelets,
     scheduler and controllers always go directly."""
     informer: InformerSettings = field(default_factory=InformerSettings)
+    standin_namespace: str | None = None
+    """A namespace where each stagger process (lockd per node, each controller replica) gets a pod labelled
+    as the chart's, with its address (`sim.cluster.standins`), so that `kubectl stagger status` finds them
+    through the API server; None: no such pods."""
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, **overrides: Any) -> ClusterSettings:
@@ -129,6 +136,7 @@ class SimCluster:
         self._tasks: list[asyncio.Task[None]] = []
         self._work_dir: Path | None = None
         self._own_work_dir = False
+        self._standins: list[str] = []
 
     @property
     def client(self) -> RestClient:
@@ -221,6 +229,8 @@ class SimCluster:
         for name, kubelet in self.kubelets.items():
             self._run(kubelet.run(), f"kubelet-{name}")
         await asyncio.gather(*(agent.wait_schedulable() for agent in self.node_agents.values()))
+        if s.standin_namespace is not None and s.stagger.enabled:
+            await self._register_standins(s.standin_namespace)
         logger.info(
             "cluster up on the %s: %d nodes of %g cores, time scale %g, stagger %s",
             "real control plane" if self.api.kind == "real" else "API emulator",
@@ -307,6 +317,43 @@ class SimCluster:
         )
         return controller.lockd_args()
 
+    async def _register_standins(self, namespace: str) -> None:
+        """A pod for each stagger process, Ready at its address (see `sim.cluster.standins`)."""
+        assert self.host_port is not None
+        await self.ensure_namespace(namespace)
+        now = format_rfc3339(time.time(), digits=0)
+        pods: list[tuple[Obj, str, str]] = []
+        for i, (name, lockd) in enumerate(self.lockds.items()):
+            manifest = standins.lockd_pod(
+                namespace=namespace, node=name, port=self.host_port, image=STAGGER_IMAGE
+            )
+            pods.append((manifest, lockd.spec.host, self.node_ip(i)))
+        if self.controller is not None:
+            for i, replica in enumerate(self.controller.replicas):
+                manifest = standins.controller_pod(
+                    namespace=namespace, index=i, node=node_name(0), port=replica.port, image=STAGGER_IMAGE
+                )
+                pods.append((manifest, self.controller.spec.host, self.node_ip(0)))
+        for manifest, ip, host_ip in pods:
+            created = await self.client.create(PODS, manifest, namespace=namespace)
+            await self.client.patch(
+                PODS,
+                name=created["metadata"]["name"],
+                namespace=namespace,
+                subresource="status",
+                patch=standins.running_status(ip=ip, host_ip=host_ip, now=now),
+            )
+            self._standins.append(created["metadata"]["name"])
+
+    async def _remove_standins(self) -> None:
+        namespace = self.settings.standin_namespace
+        for name in self._standins:
+            try:
+                await self.client.delete(PODS, name=name, namespace=namespace, grace_period_seconds=0)
+            except (ApiError, aiohttp.ClientError) as exc:
+                logger.warning("stand-in pod %s/%s not deleted: %s", namespace, name, exc)
+        self._standins.clear()
+
     async def _stop(self) -> None:
         # Kubelets first: they stop their init clients while lockd still answers.
         kubelet_tasks = [t for t in self._tasks if t.get_name().startswith("kubelet-")]
@@ -333,6 +380,7 @@ class SimCluster:
                 except (ApiError, aiohttp.ClientError) as exc:
                     logger.warning("the controller's MutatingWebhookConfiguration was not deleted: %s", exc)
         if self._client is not None:
+            await self._remove_standins()
             results = await asyncio.gather(
                 *(agent.unregister() for agent in self.node_agents.values()), return_exceptions=True
             )

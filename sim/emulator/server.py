@@ -1,7 +1,7 @@
 """A Kubernetes API server emulator: plain HTTP on loopback, JSON, enough of the real semantics for
 stagger and its simulated cluster (CRUD, watch, selectors, patch, validation, graceful deletion,
 eviction judged from PodDisruptionBudget status kept by an in-emulator disruption controller, binding,
-mutating admission webhooks, discovery, kubectl tables).
+the pod proxy (`podproxy`), mutating admission webhooks, discovery, kubectl tables).
 
 Library use::
 
@@ -47,6 +47,8 @@ from aiohttp import web
 from sim.emulator.admission import WebhookDispatcher
 from sim.emulator.disruption import DisruptionController
 from sim.emulator.handlers import handle
+from sim.emulator.podproxy import ROUTE as POD_PROXY_ROUTE
+from sim.emulator.podproxy import proxy_to_pod
 from sim.emulator.registry import Registry, RegistryConfig
 from sim.emulator.resources import namespaces
 from sim.emulator.schema import Schemas
@@ -142,6 +144,8 @@ def make_app(settings: ApiServerSettings) -> web.Application:
     app[STATE] = state
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_end_watches)
+    # The pod proxy first: the catch-all below would read `pods/NAME/proxy` as an unknown subresource.
+    app.router.add_route("*", POD_PROXY_ROUTE, proxy_to_pod)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
 

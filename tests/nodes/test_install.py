@@ -1,9 +1,15 @@
 """`helm install` of charts/stagger on real nodes with the image `make image` builds, as a user runs it: lockd
 Ready on every node (its hostPort reachable on the node's address), two controller replicas of which one
 leads, and the pods webhook reached by kube-apiserver through the controller's Service: a pod labelled as
-NOTES.txt says gets the init client, its grant, and starts; one without the label is left alone."""
+NOTES.txt says gets the init client, its grant, and starts; one without the label is left alone; `helm test`
+passes; `kubectl stagger status` reads every node's lockd through the API server."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 from sim.realcluster.cluster import RealCluster
 from tests.nodes.kube import ENABLE, PREFIX, Kube, Release, is_ready, lockd_status, wait_for, workload
@@ -54,3 +60,31 @@ def test_the_webhook_injects_the_init_client_through_the_service(stagger: Releas
         assert f"{PREFIX}/granted-at" not in (pods["plain"]["metadata"].get("annotations") or {})
     finally:
         kube.delete_namespace(namespace)
+
+
+def test_helm_test_passes(stagger: Release, kube: Kube) -> None:
+    """The chart's test pod (kubectl stagger selftest, in the image) reaches the webhook through its Service
+    with the release's CA, and its node's lockd on the node's address."""
+    out = kube.run("helm", "test", stagger.name, "-n", stagger.namespace, "--logs", "--timeout", "120s")
+    assert "Succeeded" in out, out
+    assert "ok  webhook https://" in out and "ok  lockd http://" in out, out
+
+
+def test_kubectl_stagger_status_lists_the_nodes_and_the_controller(
+    stagger: Release, kube: Kube, real_cluster: RealCluster
+) -> None:
+    """`kubectl stagger status`, with only the admin kubeconfig: every node's lockd through the real API
+    server's pod proxy, and the leading controller."""
+    script = Path(sys.executable).parent / "kubectl-stagger"
+    done = subprocess.run(
+        [str(script), "status", "-n", stagger.namespace, "--kubeconfig", kube.kubeconfig, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["controller"] is not None and "error" not in report["controller"], report["controller"]
+    nodes = {row["node"]: row for row in report["nodes"]}
+    assert set(nodes) == {node.plan.name for node in real_cluster.nodes}, report["nodes"]
+    assert all("error" not in row for row in nodes.values()), report["nodes"]

@@ -44,7 +44,7 @@ from sim.cluster.kubernetes.podstatus import (
 from sim.cluster.launchers.containerenv import runs_idle_stub, runs_initclient
 from sim.cluster.launchers.forkserver import ForkServer
 from sim.cluster.launchers.initproc import InitClientRunner, InitResult, LaunchGate, Process, stop_process
-from sim.cluster.objects import is_terminating, name_of, namespace_of, uid_of
+from sim.cluster.objects import is_standin, is_terminating, name_of, namespace_of, uid_of
 from sim.cluster.startup import (
     ModelSettings,
     NodeModel,
@@ -221,6 +221,8 @@ class Kubelet:
             seen.add(uid)
             rt = self.runtimes.get(uid)
             if rt is None:
+                if is_standin(pod):
+                    continue  # the cluster runs its process itself (sim.cluster.standins)
                 if is_terminating(pod):
                     self._spawn(self._delete_now(pod))
                     continue
