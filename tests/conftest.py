@@ -63,8 +63,11 @@ E2E_FIXTURES = frozenset({"backend", "control_plane_kind"})
 KIND_FIXTURES = ("backend_kind", "control_plane_kind")
 """Parametrized with the kinds --control-plane picks."""
 
-REAL_FIXTURES = frozenset({"backend", "control_plane_kind", "control_plane", "control_plane_binaries"})
-"""With `--control-plane real`, only tests using one of these run."""
+REAL_FIXTURES = frozenset(
+    {"backend", "control_plane_kind", "control_plane", "control_plane_binaries", "promtool"}
+)
+"""With `--control-plane real`, only tests using one of these run (`promtool`: the chart's alert tests, which
+need promtool built from Go like the control plane; tests/chart/test_monitoring.py)."""
 
 COSTLY_CODE = (
     "import subprocess",

@@ -36,6 +36,7 @@ from stagger import serving
 from stagger.names import Names
 from stagger.policy import PolicyFile, StaggeringPolicy
 from stagger.policywatch import PolicyWatcher
+from stagger.serving import json_response
 from webhook import admission, status
 from webhook.admission import wire
 from webhook.metrics import ADMISSION_RESULTS, Metrics
@@ -149,7 +150,7 @@ EVICT_DECIDER: web.AppKey[EvictDecider] = web.AppKey("evict_decider")
 
 def _json_error(status_code: int, message: str, *, headers: Mapping[str, str] | None = None) -> web.Response:
     body: wire.ErrorBody = {"error": message}
-    return web.json_response(body, status=status_code, headers=headers)
+    return json_response(body, status=status_code, headers=headers)
 
 
 # --- admission ----------------------------------------------------------------------------------------
@@ -352,18 +353,18 @@ async def show_status(request: web.Request) -> web.Response:
     doc = status_document(request.app, listen=listen)
     if fmt == "text":
         return web.Response(text=status.render_text(doc))
-    return web.json_response(doc)
+    return json_response(doc)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    return json_response({"ok": True})
 
 
 async def readyz(request: web.Request) -> web.Response:
     reasons = not_ready(request.app[CONTROLLER])
     if reasons:
-        return web.json_response({"ready": False, "reasons": reasons}, status=503)
-    return web.json_response({"ready": True})
+        return json_response({"ready": False, "reasons": reasons}, status=503)
+    return json_response({"ready": True})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -3,20 +3,38 @@ process-wide globals)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from stagger.contracts.failopen import CAUSES
+from stagger.version import VERSION
 
 ADMISSION_RESULTS = ("allowed", "mutated", "error", "bad_request")
 """allowed: answered with no patch; mutated: with a patch; error: an internal error, the pod admitted
 unchanged with a warning; bad_request: 400 or 413, not an AdmissionReview we could read."""
+_OK_ERROR = ("ok", "error")
 
 
 def _registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=True)
+
+
+def _counter(
+    name: str,
+    documentation: str,
+    label: str,
+    *,
+    registry: CollectorRegistry,
+    values: Iterable[str] = (),
+) -> Counter:
+    """A counter with one label whose series for each of `values` is exported at 0 from the start, so that a
+    rate or an alert on it has a series before the first increment."""
+    counter = Counter(name, documentation, [label], registry=registry)
+    for value in values:
+        counter.labels(value)
+    return counter
 
 
 @dataclass
@@ -28,17 +46,24 @@ class Metrics:
     def __post_init__(self) -> None:
         self._serving(self.registry)
         self._groups(self.registry)
+        # The standard process_* metrics (memory, CPU, open files) and which stagger runs.
+        ProcessCollector(registry=self.registry)
+        Gauge(
+            "stagger_controller_build_info",
+            "Always 1; the version of stagger this process runs.",
+            ["version"],
+            registry=self.registry,
+        ).labels(VERSION).set(1)
 
     def _serving(self, r: CollectorRegistry) -> None:
         """Admission, the TLS listener's requests and the files it reloads."""
-        self.admissions = Counter(
+        self.admissions = _counter(
             "stagger_controller_admissions",
             "AdmissionReviews answered, by result: allowed, mutated, error, bad_request.",
-            ["result"],
+            "result",
             registry=r,
+            values=ADMISSION_RESULTS,
         )
-        for result in ADMISSION_RESULTS:
-            self.admissions.labels(result=result)
         self.requests = Counter(
             "stagger_controller_requests",
             "HTTP requests answered on the TLS listener (admission, the group API, /status), by route "
@@ -52,21 +77,20 @@ class Metrics:
             buckets=(0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
-        self.policy_reloads = Counter(
+        self.policy_reloads = _counter(
             "stagger_controller_policy_reloads",
             "Policy file reloads, by result: ok, error.",
-            ["result"],
+            "result",
             registry=r,
+            values=_OK_ERROR,
         )
-        self.certificate_reloads = Counter(
+        self.certificate_reloads = _counter(
             "stagger_controller_certificate_reloads",
             "Serving certificate reloads, by result: ok, error.",
-            ["result"],
+            "result",
             registry=r,
+            values=_OK_ERROR,
         )
-        for result in ("ok", "error"):
-            self.policy_reloads.labels(result=result)
-            self.certificate_reloads.labels(result=result)
         self.staggering_policies = Gauge(
             "stagger_controller_staggering_policies", "Staggering policies in force.", registry=r
         )
@@ -80,23 +104,21 @@ class Metrics:
             ["basis"],
             registry=r,
         )
-        self.gate_removals = Counter(
+        self.gate_removals = _counter(
             "stagger_controller_gate_removals",
             "Scheduling gates removed (gate mode), by result: ok, error.",
-            ["result"],
+            "result",
             registry=r,
+            values=_OK_ERROR,
         )
-        for result in ("ok", "error"):
-            self.gate_removals.labels(result=result)
-        self.evictions = Counter(
+        self.evictions = _counter(
             "stagger_controller_evictions",
             "Held pods evicted (evict mode), by result: evicted, throttled (429: a disruption budget or the "
             "API server's limits; retried after a back-off), gone (404/409: nothing to evict), error.",
-            ["result"],
+            "result",
             registry=r,
+            values=("evicted", "throttled", "gone", "error"),
         )
-        for result in ("evicted", "throttled", "gone", "error"):
-            self.evictions.labels(result=result)
         self.evict_admissions = Counter(
             "stagger_controller_evict_admissions",
             "Evict-mode admission decisions, by outcome: admit (let through), hold, lock (no group pacing "
@@ -123,13 +145,14 @@ class Metrics:
             "1 while this replica leads (grants, removes gates), else 0.",
             registry=r,
         )
-        self.fail_opens = Counter(
+        self.fail_opens = _counter(
             "stagger_controller_fail_opens",
             "Pods counted (by the leader, once each) as started without their start-up slot, by cause: "
             "lockdUnreachable, maxWait, rejected, badConfig, groupPacerUnreachable, groupPacerNotConfigured, "
             "webhookNotCalled, unknown (docs/contracts.md, Fail-open causes).",
-            ["cause"],
+            "cause",
             registry=r,
+            values=CAUSES,
         )
         self.pods_without_slot = Gauge(
             "stagger_controller_pods_started_without_slot",
@@ -137,8 +160,6 @@ class Metrics:
             ["cause"],
             registry=r,
         )
-        for cause in CAUSES:
-            self.fail_opens.labels(cause=cause)
         self.group_waits = Gauge(
             "stagger_controller_group_waits",
             "Long polls of lockd (POST /v1/groups/wait) waiting now.",

@@ -126,6 +126,9 @@ KUBERNETES_VALUES = frozenset(
         "commonLabels",
         "imagePullSecrets",
         "metrics.serviceMonitor.labels",
+        "metrics.prometheusRule.labels",
+        "metrics.dashboard.labels",
+        "metrics.dashboard.annotations",
     }
 )
 

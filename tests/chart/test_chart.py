@@ -22,6 +22,7 @@ import pytest
 import trustme
 import yaml
 
+from stagger.version import VERSION
 from tests.chart.helm import (
     CHART,
     CONTROLLER,
@@ -349,3 +350,9 @@ def test_a_long_release_name_keeps_every_name_within_kubernetes_limits() -> None
     assert done.returncode == 0, done.stderr
     names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(done.stdout) if doc]
     assert names and all(len(name) <= 63 for name in names), [n for n in names if len(n) > 63]
+
+
+def test_the_charts_app_version_is_staggers_version() -> None:
+    """The image tag defaults to appVersion; the processes' build-info metrics say stagger.version.VERSION."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == VERSION

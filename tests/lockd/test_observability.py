@@ -47,10 +47,31 @@ async def test_metrics_are_prometheus_text(start_lockd) -> None:
     assert "stagger_lockd_slots_in_use 1.0" in text
     assert "stagger_lockd_queue_length 1.0" in text
     assert "stagger_lockd_wait_seconds_bucket" in text
-    assert "stagger_lockd_cpu_load_percent 5.0" in text
+    assert "stagger_lockd_cpu_busy_ratio 0.05" in text
+    assert 'stagger_lockd_build_info{version="' in text
+    assert "process_resident_memory_bytes " in text and "process_cpu_seconds_total " in text
 
 
 async def test_health_endpoints(start_lockd) -> None:
     lockd = await start_lockd(None)
     assert (await lockd.client.get("/healthz")).status == 200
     assert (await lockd.client.get("/readyz")).status == 200
+
+
+async def test_every_json_answer_ends_with_a_newline(start_lockd) -> None:
+    """`curl` prints answers as they come: without the newline two of them ran together on one line."""
+    lockd = await start_lockd(limit_policy(1))
+    asks = [
+        ("/v1/lock?namespace=default&name=a", 200),  # granted, with its token
+        ("/v1/lock?namespace=default&name=a", 200),  # asked again: the cached body
+        ("/v1/lock?namespace=default&name=b", 423),
+        ("/v1/lock?namespace=default", 400),
+        ("/status", 200),
+        ("/healthz", 200),
+        ("/nowhere", 404),
+    ]
+    for path, status in asks:
+        response = await lockd.client.get(path)
+        assert response.status == status, path
+        assert response.content_type == "application/json", path
+        assert (await response.read()).endswith(b"}\n"), path

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 import aiohttp
 from aiohttp import web
 
 from stagger.contracts import groups as contract
+from stagger.serving import json_response
 from stagger.waiting import wait_event
 from webhook.admission import EvictAnswer, EvictQuestion, wire
 from webhook.app import (
@@ -26,6 +28,8 @@ __all__ = ["admit", "decide_evict", "grant", "wait"]
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def _refusal(request: web.Request) -> web.Response | None:
     """401 without the token, 403 with no token configured, 503 when this replica does not grant."""
@@ -33,12 +37,12 @@ def _refusal(request: web.Request) -> web.Response | None:
     token = app.get(TOKEN)
     if token is None:
         body: wire.ErrorBody = {"error": "the group grant API is off: the controller has no --token-file"}
-        return web.json_response(body, status=403)
+        return json_response(body, status=403)
     if not token.accepts(request.headers.get("Authorization")):
         return grants.unauthorized()
     groups = app[GROUPS]
     if groups.off is not None:
-        return web.json_response({"error": groups.off}, status=503, headers={"Retry-After": "5"})
+        return json_response({"error": groups.off}, status=503, headers={"Retry-After": "5"})
     if not groups.granting:
         leadership = groups.leadership
         return grants.not_granting(
@@ -48,14 +52,23 @@ def _refusal(request: web.Request) -> web.Response | None:
     return None
 
 
-async def grant(request: web.Request) -> web.Response:
-    refused = _refusal(request)
+async def _read(
+    request: web.Request, parse: Callable[[bytes], T], *, refused: web.Response | None
+) -> T | web.Response:
+    """The request's body as `parse` reads it, or the answer that turns the request away: `refused`
+    (`_refusal`'s, which the caller may have waived), else a 400 naming the bad field."""
     if refused is not None:
         return refused
     try:
-        body = grants.parse_grant(await request.read())
+        return parse(await request.read())
     except ValueError as err:
         return grants.bad_request(str(err))
+
+
+async def grant(request: web.Request) -> web.Response:
+    body = await _read(request, grants.parse_grant, refused=_refusal(request))
+    if isinstance(body, web.Response):
+        return body
     decision = request.app[GROUPS].pacing.grant(
         namespace=body["namespace"], name=body["name"], uid=body["uid"]
     )
@@ -70,20 +83,17 @@ async def grant(request: web.Request) -> web.Response:
         "reason": decision.reason,
         "retryAfter": round(decision.retry_after, 3),
     }
-    return web.json_response(answer)
+    return json_response(answer)
 
 
 async def wait(request: web.Request) -> web.Response:
-    refused = _refusal(request)
-    if refused is not None:
-        return refused
-    try:
-        _node, seconds, keys = grants.parse_wait(await request.read())
-    except ValueError as err:
-        return grants.bad_request(str(err))
+    asked = await _read(request, grants.parse_wait, refused=_refusal(request))
+    if isinstance(asked, web.Response):
+        return asked
+    _node, seconds, keys = asked
     found = await request.app[GROUPS].pacing.wait_grantable(keys, within=seconds)
     answer: contract.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
-    return web.json_response(answer)
+    return json_response(answer)
 
 
 async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAnswer:
@@ -209,12 +219,9 @@ async def admit(request: web.Request) -> web.Response:
         and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].groups.admit_timeout / 2)
     ):
         refused = None
-    if refused is not None:
-        return refused
-    try:
-        body = grants.parse_admit(await request.read())
-    except ValueError as err:
-        return grants.bad_request(str(err))
+    body = await _read(request, grants.parse_admit, refused=refused)
+    if isinstance(body, web.Response):
+        return body
     groups = request.app[GROUPS]
     decision = groups.pacing.admit(
         pacer_groups=[(policy, key) for policy, key in body["pacerGroups"]],
@@ -230,4 +237,4 @@ async def admit(request: web.Request) -> web.Response:
         answer["ticket"] = decision.ticket
     if decision.held_since is not None:
         answer["heldSince"] = decision.held_since
-    return web.json_response(answer)
+    return json_response(answer)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from stagger.contracts import groups as contract
 from stagger.groupbook import PodKey
+from stagger.serving import json_response
 from webhook.admission import wire
 
 __all__ = [
@@ -139,12 +140,12 @@ def parse_admit(raw: bytes) -> contract.AdmitRequest:
 
 def bad_request(reason: str) -> web.Response:
     body: wire.ErrorBody = {"error": reason}
-    return web.json_response(body, status=400)
+    return json_response(body, status=400)
 
 
 def unauthorized() -> web.Response:
     body: wire.ErrorBody = {"error": "a valid 'Authorization: Bearer <token>' header is required"}
-    return web.json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="stagger"'})
+    return json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="stagger"'})
 
 
 def not_granting(*, leader: str | None, is_leader: bool) -> web.Response:
@@ -155,4 +156,4 @@ def not_granting(*, leader: str | None, is_leader: bool) -> web.Response:
     else:
         reason = "no leader elected yet"
     body: contract.NotLeaderBody = {"error": reason, "leader": leader}
-    return web.json_response(body, status=503, headers={"Retry-After": "1"})
+    return json_response(body, status=503, headers={"Retry-After": "1"})
