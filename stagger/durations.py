@@ -10,7 +10,7 @@ import math
 import re
 from decimal import Context, Decimal
 
-__all__ = ["DurationError", "format_duration", "parse_duration"]
+__all__ = ["DURATION_PATTERN", "ZERO_DURATION_PATTERN", "DurationError", "format_duration", "parse_duration"]
 
 _UNITS: dict[str, Decimal] = {
     "h": Decimal(3600),
@@ -24,6 +24,10 @@ _UNITS: dict[str, Decimal] = {
 # Longer unit names first so "ms" is not read as "m" followed by garbage.
 _COMPONENT = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|us|µs|ns|h|m|s)")  # ASCII digits only
 _WHOLE = re.compile(rf"(?:{_COMPONENT.pattern})+")
+DURATION_PATTERN = _WHOLE.pattern
+"""A duration string, as a regular expression both Python and RE2 (Helm's JSON Schema) read."""
+ZERO_DURATION_PATTERN = r"(?:(?:0+(?:\.0+)?|\.0+)(?:ms|us|µs|ns|h|m|s))+"
+"""A duration string that is zero ("0s", "0m0.0s")."""
 # Enough digits to hold any finite float exactly (the largest has 309 integer digits).
 _EXACT = Context(prec=800)
 _NOT_A_DURATION = "not a duration like 90s, 10m or 1h30m"

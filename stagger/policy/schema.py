@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast, get_args
 
-from stagger.durations import DurationError, parse_duration
-from stagger.objectnames import is_dns1123_label
+from stagger.durations import DURATION_PATTERN, ZERO_DURATION_PATTERN, DurationError, parse_duration
+from stagger.objectnames import DNS1123_LABEL_MAX, is_dns1123_label
 from stagger.policy.model import (
     ExponentialPacer,
     Hold,
@@ -30,10 +30,24 @@ from stagger.policy.model import (
 )
 from stagger.selectors import parse_label_selector
 
-__all__ = ["MAX_INTEGER", "Check", "got_text", "parse_policy_file"]
+__all__ = ["MAX_INTEGER", "Check", "Rule", "got_text", "json_schema", "parse_policy_file"]
 
 
 Check = Callable[[object, str, list[str]], Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check of one value, and the JSON Schema (draft-07, RE2 patterns: what Helm reads) that says as much
+    of it as a schema can. The chart's values.schema.json carries the policy file's (`json_schema`), so that
+    `helm install` refuses a policy with a misspelt key or a value of the wrong kind before it reaches a node;
+    what only the validator knows (a unique name, a selector's keys, a JSONPath) lockd still says."""
+
+    check: Check
+    schema: Mapping[str, Any]
+
+    def __call__(self, value: object, path: str, errors: list[str]) -> Any:
+        return self.check(value, path, errors)
 
 
 def got_text(value: object) -> str:
@@ -56,7 +70,7 @@ def _join(path: str, key: object) -> str:
 MAX_INTEGER = 2**53
 
 
-def _integer(*, minimum: int | None = None) -> Check:
+def _integer(*, minimum: int | None = None) -> Rule:
     def check(value: object, path: str, errors: list[str]) -> Any:
         # bool is an int subclass in Python, but `burst: true` is a mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, int):
@@ -67,7 +81,8 @@ def _integer(*, minimum: int | None = None) -> Check:
             return _error(errors, path, f"must be at most {MAX_INTEGER} in size", value)
         return value
 
-    return check
+    low = -MAX_INTEGER if minimum is None else minimum
+    return Rule(check, {"type": "integer", "minimum": low, "maximum": MAX_INTEGER})
 
 
 def _finite(value: object) -> bool:
@@ -79,7 +94,7 @@ def _finite(value: object) -> bool:
         return False
 
 
-def _number(*, above: float, at_most: float | None = None) -> Check:
+def _number(*, above: float, at_most: float | None = None) -> Rule:
     rule = f"must be greater than {above:g}" + (f" and at most {at_most:g}" if at_most is not None else "")
 
     def check(value: object, path: str, errors: list[str]) -> Any:
@@ -90,10 +105,11 @@ def _number(*, above: float, at_most: float | None = None) -> Check:
             return _error(errors, path, rule, value)
         return float(value)
 
-    return check
+    bounds = {"exclusiveMinimum": above} | ({"maximum": at_most} if at_most is not None else {})
+    return Rule(check, {"type": "number", **bounds})
 
 
-def _duration(*, allow_zero: bool = False) -> Check:
+def _duration(*, allow_zero: bool = False) -> Rule:
     def check(value: object, path: str, errors: list[str]) -> Any:
         try:
             seconds = parse_duration(value, path=path)
@@ -104,25 +120,33 @@ def _duration(*, allow_zero: bool = False) -> Check:
             return _error(errors, path, "must be longer than 0s", value)
         return seconds
 
-    return check
+    text: dict[str, Any] = {"type": "string", "pattern": f"^{DURATION_PATTERN}$"}
+    if not allow_zero:
+        # RE2 (Helm's) has no lookahead: "not all of it zero" is a `not`.
+        text["not"] = {"pattern": f"^{ZERO_DURATION_PATTERN}$"}
+    number = {"type": "number", "minimum": 0} if allow_zero else {"type": "number", "exclusiveMinimum": 0}
+    return Rule(check, {"anyOf": [text, number]})
 
 
-def _boolean(value: object, path: str, errors: list[str]) -> Any:
+def _check_boolean(value: object, path: str, errors: list[str]) -> Any:
     if not isinstance(value, bool):
         return _error(errors, path, "must be true or false", value)
     return value
 
 
-def _one_of(*choices: str) -> Check:
+_boolean = Rule(_check_boolean, {"type": "boolean"})
+
+
+def _one_of(*choices: str) -> Rule:
     def check(value: object, path: str, errors: list[str]) -> Any:
         if value not in choices:
             return _error(errors, path, f"must be one of {', '.join(choices)}", value)
         return value
 
-    return check
+    return Rule(check, {"enum": list(choices)})
 
 
-def _dns_label(value: object, path: str, errors: list[str]) -> Any:
+def _check_dns_label(value: object, path: str, errors: list[str]) -> Any:
     if not isinstance(value, str) or not is_dns1123_label(value):
         return _error(
             errors,
@@ -134,13 +158,23 @@ def _dns_label(value: object, path: str, errors: list[str]) -> Any:
     return value
 
 
-def _selector(value: object, path: str, errors: list[str]) -> Any:
+_dns_label = Rule(
+    _check_dns_label,
+    {"type": "string", "maxLength": DNS1123_LABEL_MAX, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+)
+
+
+def _check_selector(value: object, path: str, errors: list[str]) -> Any:
     selector, problems = parse_label_selector(value, path=path)
     errors.extend(problems)
     return selector
 
 
-def _grouping_expression(value: object, path: str, errors: list[str]) -> Any:
+# A plain map of labels or matchLabels/matchExpressions: its keys are labels, so only lockd reads them.
+_selector = Rule(_check_selector, {"type": "object"})
+
+
+def _check_grouping_expression(value: object, path: str, errors: list[str]) -> Any:
     if not isinstance(value, str) or not value.strip():
         return _error(errors, path, "must be a JSONPath expression like .spec.containers[0].image", value)
     try:
@@ -150,7 +184,10 @@ def _grouping_expression(value: object, path: str, errors: list[str]) -> Any:
     return value
 
 
-def _list_of(item: Check, *, unique_names: bool = False) -> Check:
+_grouping_expression = Rule(_check_grouping_expression, {"type": "string", "minLength": 1})
+
+
+def _list_of(item: Rule, *, unique_names: bool = False) -> Rule:
     def check(value: object, path: str, errors: list[str]) -> Any:
         if not isinstance(value, list):
             return _error(errors, path, "must be a list", value)
@@ -168,7 +205,7 @@ def _list_of(item: Check, *, unique_names: bool = False) -> Check:
                     first_use[name] = index
         return parsed
 
-    return check
+    return Rule(check, {"type": "array", "items": item.schema})
 
 
 @dataclass(frozen=True)
@@ -177,8 +214,18 @@ class _Key:
 
     key: str
     attr: str
-    check: Check
+    check: Rule
     required: bool = False
+
+
+def _nullable(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema`, or null. Said inside the schema rather than as an anyOf around it, so that Helm's message
+    for a wrong value names what is wrong with it, not only that it is not null."""
+    if isinstance(schema.get("type"), str):
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
 
 
 def _mapping(
@@ -186,8 +233,10 @@ def _mapping(
     build: Callable[..., Any],
     *,
     rule: Callable[[Mapping[str, Any]], str | None] | None = None,
-) -> Check:
-    """A mapping with only `keys`; `build(**parsed)` makes the value, `rule` checks keys together."""
+    rule_schema: Mapping[str, Any] | None = None,
+) -> Rule:
+    """A mapping with only `keys`; `build(**parsed)` makes the value, `rule` checks keys together
+    (`rule_schema` says it in JSON Schema)."""
     by_key = {key.key: key for key in keys}
 
     def check(value: object, path: str, errors: list[str]) -> Any:
@@ -211,7 +260,15 @@ def _mapping(
             _error(errors, path, problem, value)
         return build(**parsed) if len(errors) == before else None
 
-    return check
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        # A key set to null is absent (YAML `holdTimeout:` with no value).
+        "properties": {key.key: _nullable(key.check.schema) for key in keys},
+    }
+    if required := [key.key for key in keys if key.required]:
+        schema["required"] = required
+    return Rule(check, schema | dict(rule_schema or {}))
 
 
 def _single(**parsed: Any) -> Any:
@@ -227,7 +284,7 @@ def _exactly_one(parsed: Mapping[str, Any]) -> str | None:
     return None if len(parsed) == 1 else "must have exactly one of exponential, linear or maxConcurrent"
 
 
-def _load_limit() -> Check:
+def _load_limit() -> Rule:
     return _mapping([_Key("maxLoad", "max_load", _number(above=0, at_most=100), required=True)], _single)
 
 
@@ -245,6 +302,7 @@ _THROTTLE = _mapping(
                 ],
                 MaxConcurrent,
                 rule=_at_least_one,
+                rule_schema={"minProperties": 1},
             ),
         ),
         _Key(
@@ -315,6 +373,7 @@ _PACER = _mapping(
     ],
     _single,
     rule=_exactly_one,
+    rule_schema={"minProperties": 1, "maxProperties": 1},
 )
 
 
@@ -341,6 +400,11 @@ _POLICY_FILE = _mapping(
     ],
     PolicyFile,
 )
+
+
+def json_schema() -> dict[str, Any]:
+    """The policy file as JSON Schema (draft-07): the chart's values.schema.json holds it as `policies`."""
+    return {**_POLICY_FILE.schema, "type": ["object", "null"]}
 
 
 def parse_policy_file(data: object, *, source: str = "<policy>") -> PolicyFile:
