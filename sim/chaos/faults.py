@@ -91,7 +91,8 @@ class FaultPlan:
     settings: FaultSettings
     seed: int
     span_seconds: float
-    """How long the run injects faults: outages fall within it."""
+    """How long the run injects faults: outages fall within it, and no request is faulted after it (the run's
+    settle window, `ChaosSettings.settle_seconds`, is for the herd to finish, not more faults)."""
     counts: Counter[str] = field(default_factory=Counter)
     outages: tuple[Outage, ...] = ()
     webhook_windows: tuple[Outage, ...] = ()
@@ -137,7 +138,7 @@ class FaultPlan:
 
     def _choose(self, *, method: str, watch: bool, resumed: bool, now: float) -> Fault | None:
         s = self.settings
-        if now < s.quiet_start_seconds:
+        if now < s.quiet_start_seconds or now >= self.span_seconds:
             return None
         if self.down(now):
             return Fault("outage")

@@ -1,5 +1,6 @@
 """The fault plan and the randomized herd of `python -m sim chaos` (pure): a seed decides the same faults,
-outages and herd every time; rates are honoured; nothing is injected in the quiet start; `cut` and `gone`
+outages and herd every time; rates are honoured; nothing is injected in the quiet start nor after the span
+(the settle window has no faults); `cut` and `gone`
 only for watches, 410 only for a resumed one; every herd has every workload kind and its groups' modes
 come from the four modes; bad settings are refused with the field named."""
 
@@ -63,6 +64,21 @@ def test_nothing_in_the_quiet_start_and_watch_faults_only_for_watches() -> None:
     assert gone is not None and gone.kind == "gone" and gone.status == 410
     fresh = plan.decide(method="GET", watch=True, resumed=False, now=10.0)
     assert fresh is not None and fresh.kind == "cut"
+
+
+def test_nothing_after_the_span() -> None:
+    """`--minutes` of faults, then the settle window without any: a reset there cost an evict-mode group
+    a minute (seeds 81 and 87 of `python -m sim chaos --minutes 0.5`, stalls begun after the faults)."""
+    plan = FaultPlan(
+        settings=FaultSettings(error=1.0, throttle=0, reset=0, slow=0, gone=1.0, cut=1.0, outages=0),
+        seed=1,
+        span_seconds=30,
+    )
+    fault = plan.decide(method="POST", watch=False, resumed=False, now=29.9)
+    assert fault is not None and fault.kind == "error"
+    for now in (30.0, 45.0, 150.0):
+        assert plan.decide(method="POST", watch=False, resumed=False, now=now) is None
+        assert plan.decide(method="GET", watch=True, resumed=True, now=now) is None
 
 
 @pytest.mark.parametrize(

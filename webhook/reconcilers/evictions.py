@@ -11,9 +11,10 @@ Refusals: 429 (a PodDisruptionBudget, or the API server's own limits) backs off 
 API server names (`details.retryAfterSeconds`), else `--eviction-backoff` doubled per failure up to a
 minute; 404 and 409 (the pod is gone or is another one now) free the place at once; other errors back
 off likewise. No answer at all (the connection dropped, a timeout) is not a refusal: the eviction may
-have been done, so the pod stays reserved and in flight until the watch tells (see `release`). A pod held by nodeSelector is Pending, and so is a stub pod behind its blocking init
-container: the Eviction API deletes Pending pods without consulting budgets (eviction.go canIgnorePDB),
-so 429s should be rare.
+have been done, so the pod stays reserved and in flight, and the same eviction is sent again after the
+back-off until an answer settles it (see `release`). A pod held by nodeSelector is Pending, and so is a
+stub pod behind its blocking init container: the Eviction API deletes Pending pods without consulting
+budgets (eviction.go canIgnorePDB), so 429s should be rare.
 """
 
 from __future__ import annotations
@@ -81,12 +82,13 @@ class EvictionReconciler(Releaser):
         self._released = released  # an evicted pod (for its Event)
         self._monotonic = monotonic
         self._backoffs: dict[PodKey, _Backoff] = {}
-        # Pods (uid) whose eviction got no answer: a 404 or 409 when evicting them again means it was done.
-        self._unanswered: set[str] = set()
+        # Pods (uid -> key) whose eviction got no answer: a 404 or 409 when evicting them again means it
+        # was done. They keep their reservation and are evicted again after their back-off (`_due`).
+        self._unanswered: dict[str, PodKey] = {}
         self.stats = EvictionStats()
 
     def backing_off(self) -> int:
-        """Held pods waiting out a refused eviction."""
+        """Held pods waiting out a refused eviction (or one that got no answer, before it is sent again)."""
         now = self._monotonic()
         return sum(1 for backoff in self._backoffs.values() if backoff.until > now)
 
@@ -95,6 +97,30 @@ class EvictionReconciler(Releaser):
             return False
         backoff = self._backoffs.get(record.key)
         return backoff is None or backoff.until <= self._monotonic()
+
+    def _due(self) -> list[PodRecord]:
+        """The held pods the pacers allow, and the pods whose eviction got no answer once their back-off is
+        over: those are still reserved (the pacers no longer offer them), and waiting for the reservation
+        to lapse held their group's place for RESERVATION_SECONDS (a minute with nothing started in a
+        group of maxConcurrent 1: found by `python -m sim chaos --seed 87`). Evicting again settles it: the
+        pod goes now, or a 404 or 409 says the first eviction was done."""
+        due = super()._due()
+        book = self._pacing.book
+        for uid, key in list(self._unanswered.items()):
+            record = book.get(key)
+            if record is None or record.uid != uid:
+                del self._unanswered[uid]  # it left the book: its deletion was seen
+            elif key not in self._in_flight and book.reserved(key) and self.handles(record):
+                due.append(record)
+        return due
+
+    def _back_off(self, key: PodKey, *, retry_after: float | None) -> None:
+        previous = self._backoffs.get(key)
+        failures = 1 if previous is None else previous.failures + 1
+        delay = min(MAX_BACKOFF_SECONDS, self._backoff_base * 2 ** (failures - 1))
+        if retry_after is not None and retry_after > 0:
+            delay = min(MAX_BACKOFF_SECONDS, retry_after)
+        self._backoffs[key] = _Backoff(until=self._monotonic() + delay, failures=failures)
 
     def _refused(self, key: PodKey, result: EvictionResult, *, retry_after: float | None) -> None:
         # The place is free again at once; no change is signalled, so a pod that keeps being refused is
@@ -105,12 +131,7 @@ class EvictionReconciler(Releaser):
         if result == "gone":
             self._backoffs.pop(key, None)
             return
-        previous = self._backoffs.get(key)
-        failures = 1 if previous is None else previous.failures + 1
-        delay = min(MAX_BACKOFF_SECONDS, self._backoff_base * 2 ** (failures - 1))
-        if retry_after is not None and retry_after > 0:
-            delay = min(MAX_BACKOFF_SECONDS, retry_after)
-        self._backoffs[key] = _Backoff(until=self._monotonic() + delay, failures=failures)
+        self._back_off(key, retry_after=retry_after)
 
     async def release(self, record: PodRecord, reason: str) -> None:
         key = record.key
@@ -120,8 +141,17 @@ class EvictionReconciler(Releaser):
         except ApiError as err:
             if err.status in (404, 409) and record.uid in self._unanswered:
                 # An earlier eviction of this very pod went unanswered: it was done after all.
-                self._unanswered.discard(record.uid)
+                self._unanswered.pop(record.uid, None)
                 self._done(record, reason)
+                return
+            if record.uid in self._unanswered and err.status not in (404, 409):
+                # Whether the unanswered eviction was done is still not known: the pod keeps its place
+                # (reserved, in flight) and is evicted again after the back-off.
+                result: EvictionResult = "throttled" if err.status == 429 else "error"
+                self.stats.count(result)
+                self._result(result)
+                self._back_off(key, retry_after=_retry_after(err) if err.status == 429 else None)
+                logger.info("eviction of %s/%s, unanswered before, refused for now: %s", *key, err)
                 return
             self._pacing.eviction_failed(record)
             if err.status in (404, 409):
@@ -139,19 +169,21 @@ class EvictionReconciler(Releaser):
             # stays reserved and its eviction in flight, so that its deletion, when the watch shows it,
             # makes its owner's reservation (`Pacing.pod_deleted`); taking the place back would free it
             # for another pod and hold the replacement again (a second eviction for one release: found by
-            # `python -m sim chaos`). If nothing happened, the reservation lapses (RESERVATION_SECONDS)
-            # and the pod is evicted again; a 404 or 409 then means this eviction was done after all.
+            # `python -m sim chaos`). The same eviction is sent again after the back-off (`_due`): it
+            # evicts the pod if nothing happened, and a 404 or 409 then means this one was done after all.
             self.stats.count("error")
             self._result("error")
             if record.uid:
-                self._unanswered.add(record.uid)
+                self._unanswered[record.uid] = key
+                self._back_off(key, retry_after=None)
             logger.warning(
-                "eviction of %s/%s got no answer (%s): waiting for the watch to show whether it was done",
+                "eviction of %s/%s got no answer (%s): evicting it again after the back-off unless the "
+                "watch shows it was done",
                 *key,
                 err or type(err).__name__,
             )
             return
-        self._unanswered.discard(record.uid)
+        self._unanswered.pop(record.uid, None)
         self._done(record, reason)
 
     def _done(self, record: PodRecord, reason: str) -> None:
