@@ -9,8 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lockd import app as lockd_app
-from lockd import daemon, server
+from lockd import appstate, daemon, server
 from lockd.settings import Settings, parse_settings
 from stagger import kube, startup
 
@@ -32,7 +31,7 @@ def serve(settings: Settings, application: web.Application) -> Coroutine[Any, An
     runner = server.make_runner(
         application,
         settings=settings.server,
-        metrics=application[lockd_app.METRICS],
+        metrics=application[appstate.METRICS],
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
     )
     return server.serve(

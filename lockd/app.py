@@ -13,94 +13,46 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from lockd import ledger, load, params, podtoken, status
+from lockd import asking, ledger, load, params, status
 from lockd import metrics as metrics_text
+from lockd.appstate import (
+    BODIES,
+    CLUSTER,
+    LOAD,
+    METRICS,
+    POLICY,
+    QUERIES,
+    READER,
+    SERVICE,
+    SETTINGS,
+    EncodedBodies,
+    LoadCache,
+    view_of,
+)
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
-from lockd.service import LeftQueue, LockService, Refused
+from lockd.service import LeftQueue, Refused
 from lockd.settings import Settings
-from stagger import kube, policy, serving, throttles
-from stagger.contracts.errors import ErrorBody
-from stagger.contracts.lock import (
-    LOCK_PATH,
-    RELEASE_TOKEN_HEADER,
-    LeftQueueBody,
-    LockDenied,
-    LockGranted,
-    QueueFullBody,
-    Released,
-)
+from stagger import policy, serving, throttles
+from stagger.contracts.lock import LOCK_PATH, LeftQueueBody, Released
 from stagger.policywatch import PolicyWatcher
-from stagger.serving import json_body, json_response
-from stagger.timestamps import format_rfc3339
+from stagger.serving import json_response
 
 if TYPE_CHECKING:
-    # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
-    # never loads the informers, the group client or the Event recorder.
-    from lockd import cluster, groups
+    from lockd import cluster
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@dataclass
-class LoadCache:
-    """The latest load sample: written by the sampler task, read by requests (never sampled on a request)."""
-
-    sample: throttles.LoadSample = throttles.NO_LOAD
-
-    def get(self) -> throttles.LoadSample:
-        return self.sample
-
-
-@dataclass
-class ClusterState:
-    """Cluster mode's parts; filled in when the app starts (they need the running loop and a session)."""
-
-    config: kube.ClusterConfig
-    view: cluster.NodeView | None = None
-    group_watch: groups.GroupWatch | None = None
-    tokens: podtoken.TokenReviewer | None = None
-
-
-SETTINGS = web.AppKey("settings", Settings)
-SERVICE = web.AppKey("service", LockService)
-METRICS = web.AppKey("metrics", Metrics)
-LOAD = web.AppKey("load", LoadCache)
-POLICY = web.AppKey("policy", PolicyWatcher)
-READER = web.AppKey("load_reader", load.LoadReader)
-CLUSTER = web.AppKey("cluster", ClusterState)
-QUERIES = web.AppKey("lock_queries", params.LockQueries)
-
-_JSON = "application/json"
-
-
-def _json(body: object, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """`web.json_response` without its text round trip: the body is encoded once, as bytes."""
-    return web.Response(
-        body=json_body(body), status=status, headers=headers, content_type=_JSON, charset="utf-8"
-    )
-
-
-def _json_error(status_code: int, message: str, *, headers: dict[str, str] | None = None) -> web.Response:
-    body: ErrorBody = {"error": message}
-    return _json(body, status=status_code, headers=headers)
-
-
-def _view(app: web.Application) -> cluster.NodeView | None:
-    state = app.get(CLUSTER)
-    return state.view if state is not None else None
-
-
 def node_labels(app: web.Application) -> dict[str, str]:
     """The labels that choose the node policy: the Node's in cluster mode, `--node-labels` standalone."""
-    view = _view(app)
+    view = view_of(app)
     return view.node_labels() if view is not None else dict(app[SETTINGS].node.node_labels)
 
 
@@ -121,68 +73,8 @@ def choose_policy(app: web.Application) -> None:
 # --- handlers -----------------------------------------------------------------------------------------
 
 
-class EncodedBodies:
-    """Answers encoded once and reused: the 423 bodies by (reason, position, maxWait), since a queued pod
-    asks again and again and is told the same, and the 200 bodies of holders asking again, by slot. Each
-    table starts over when it holds `size` bodies, so callers cannot grow it without bound."""
-
-    def __init__(self, *, size: int = 1024) -> None:
-        self.size = size
-        self._tables: dict[str, dict[tuple[object, ...], bytes]] = {"denied": {}, "reasked": {}}
-
-    def get(self, table: str, key: tuple[object, ...], build: Callable[[], object]) -> bytes:
-        known = self._tables[table]
-        encoded = known.get(key)
-        if encoded is None:
-            if len(known) >= self.size:
-                known.clear()
-            encoded = known[key] = json_body(build())
-        return encoded
-
-
-BODIES = web.AppKey("encoded_bodies", EncodedBodies)
-
-
-def _denied(outcome: ledger.Denied, *, max_wait: float, bodies: EncodedBodies) -> web.Response:
-    def build() -> LockDenied:
-        return {"granted": False, "reason": outcome.reason, "position": outcome.position, "maxWait": max_wait}
-
-    return web.Response(
-        body=bodies.get("denied", (outcome.reason, outcome.position, max_wait), build),
-        status=423,
-        headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
-        content_type=_JSON,
-        charset="utf-8",
-    )
-
-
-def _queue_full(outcome: ledger.QueueFull, *, max_wait: float) -> web.Response:
-    body: QueueFullBody = {
-        "granted": False,
-        "reason": f"{outcome.limit} pods are already waiting on this node (maxQueue); try again later",
-        "queueLimit": outcome.limit,
-        "maxWait": max_wait,
-    }
-    return json_response(
-        body, status=429, headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))}
-    )
-
-
-def _not_ready(app: web.Application) -> web.Response | None:
-    service = app[SERVICE]
-    if service.closing:
-        return _json_error(503, "lockd is shutting down", headers={"Retry-After": "1"})
-    if not service.ready:
-        return _json_error(
-            503,
-            f"lockd has not listed the pods on node {app[SETTINGS].node.node_name} yet",
-            headers={"Retry-After": "1"},
-        )
-    return None
-
-
-def _always() -> bool:
-    return True
+def _json_error(status_code: int, message: str) -> web.Response:
+    return asking.error(status_code, message).response()
 
 
 def _connected(request: web.Request) -> Callable[[], bool]:
@@ -194,100 +86,15 @@ def _connected(request: web.Request) -> Callable[[], bool]:
 
 
 async def lock(request: web.Request) -> web.Response:
-    app = request.app
-    service = app[SERVICE]
-    try:
-        # Parsed from the raw string, not `request.query`: that would stay on the request while it waits.
-        query = app[QUERIES].get(request.rel_url.raw_query_string)
-        view = _view(app)
-        if view is not None and not query.uid:
-            raise params.BadRequest("uid: required in cluster mode (the pod's metadata.uid)")
-    except params.BadRequest as err:
-        service.metrics.count("bad_request")
-        return _json_error(400, str(err))
-    unavailable = _not_ready(app)
-    if unavailable is not None:
-        return unavailable
-    if view is not None:
-        from lockd import cluster as cluster_mode  # loaded already: the view is cluster mode's
-
-        checked = await _check_token(request, namespace=query.namespace, name=query.name, uid=query.uid)
-        if isinstance(checked, web.Response):
-            return checked
-        problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
-        if isinstance(problem, cluster_mode.Unconfirmed):
-            service.metrics.count("unconfirmed")
-            return _json_error(503, problem, headers={"Retry-After": "1"})
-        if problem is not None:
-            service.metrics.count("forbidden")
-            return _json_error(403, problem)
-    outcome = await service.wait_for_slot(
-        namespace=query.namespace,
-        name=query.name,
-        uid=query.uid,
-        wait=query.wait,
-        alive=_connected(request) if query.wait > 0 else _always,
+    """`GET /v1/lock` (and POST) when aiohttp serves the connection; long polls usually reach
+    `lockd.longpoll` instead. Both answer with `lockd.asking`."""
+    answer = await asking.answer_ask(
+        request.app,
+        raw_query=request.rel_url.raw_query_string,
+        headers=request.headers,
+        alive=_connected(request),
     )
-    if isinstance(outcome, ledger.QueueFull):
-        service.metrics.count("queue_full")
-        return _queue_full(outcome, max_wait=service.node_policy.max_wait)
-    if isinstance(outcome, ledger.Denied):
-        service.metrics.count("denied")
-        return _denied(outcome, max_wait=service.node_policy.max_wait, bodies=request.app[BODIES])
-    service.metrics.count("granted")
-    slot = outcome.slot
-    if outcome.token is None:
-        # A holder asking again (its first answer was lost): the same body every time, encoded once.
-        def again() -> LockGranted:
-            return {
-                "granted": True,
-                "namespace": slot.namespace,
-                "name": slot.name,
-                "grantedAt": format_rfc3339(slot.granted_wall),
-            }
-
-        key = (slot.namespace, slot.name, slot.granted_wall)
-        encoded = request.app[BODIES].get("reasked", key, again)
-        return web.Response(body=encoded, content_type=_JSON, charset="utf-8")
-    # Only the first 200 carries the token: it is the caller's proof for DELETE.
-    body: LockGranted = {
-        "granted": True,
-        "namespace": query.namespace,
-        "name": query.name,
-        "grantedAt": format_rfc3339(slot.granted_wall),
-        "releaseToken": outcome.token,
-    }
-    return _json(body, headers={RELEASE_TOKEN_HEADER: outcome.token})
-
-
-async def _check_token(
-    request: web.Request, *, namespace: str, name: str, uid: str
-) -> web.Response | Literal["verified", "unverified", "standalone"]:
-    """Cluster mode: the pod's service-account token bound to the pod named (lockd/podtoken.py); a
-    response when the request is refused, else whether the token showed it is that pod."""
-    app = request.app
-    state = app.get(CLUSTER)
-    if state is None or state.tokens is None:
-        return "standalone"
-    metrics = app[METRICS]
-    try:
-        token = podtoken.bearer_token(request.headers)
-    except podtoken.BadAuthorization as err:
-        metrics.count("bad_request")
-        return _json_error(400, str(err))
-    review = await state.tokens.review(token) if token is not None else None
-    verdict = podtoken.decide(
-        review, require=app[SETTINGS].tokens.require_pod_token, namespace=namespace, name=name, uid=uid
-    )
-    if isinstance(verdict, podtoken.Refusal):
-        metrics.pod_tokens.count("refused")
-        metrics.count("forbidden" if verdict.status == 403 else "unconfirmed")
-        headers = {"Retry-After": "1"} if verdict.status == 503 else None
-        return _json_error(verdict.status, verdict.reason, headers=headers)
-    metrics.pod_tokens.count(
-        "verified" if verdict == "verified" else "absent" if review is None else "unchecked"
-    )
-    return verdict
+    return answer.response()
 
 
 async def unlock(request: web.Request) -> web.Response:
@@ -300,10 +107,10 @@ async def unlock(request: web.Request) -> web.Response:
     except params.BadRequest as err:
         service.metrics.count("bad_request")
         return _json_error(400, str(err))
-    view = _view(app)
-    checked = await _check_token(request, namespace=namespace, name=name, uid=uid)
-    if isinstance(checked, web.Response):
-        return checked
+    view = view_of(app)
+    checked = await asking.check_token(app, request.headers, namespace=namespace, name=name, uid=uid)
+    if isinstance(checked, asking.Answer):
+        return checked.response()
     # In a cluster the pod's own service-account token proves it is the pod, and so does a request from the
     # pod's own IP with its uid (a pod cannot use another pod's IP); the release token everywhere else.
     verified = view is not None and (
@@ -375,7 +182,7 @@ async def show_status(request: web.Request) -> web.Response:
         limit = params.status_limit(request.query)
     except params.BadRequest as err:
         return _json_error(400, str(err))
-    service, watcher, view = app[SERVICE], app[POLICY], _view(app)
+    service, watcher, view = app[SERVICE], app[POLICY], view_of(app)
     doc = status.build_status(
         node=app[SETTINGS].node.node_name,
         mode="cluster" if view is not None else "standalone",
@@ -417,8 +224,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    unavailable = _not_ready(request.app)
-    return unavailable if unavailable is not None else json_response({"ready": True})
+    unavailable = asking.not_ready(request.app)
+    return unavailable.response() if unavailable is not None else json_response({"ready": True})
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

@@ -18,19 +18,8 @@ import aiohttp
 from aiohttp import web
 
 from lockd import cluster, groups, heap, pods, podtoken
-from lockd.app import (
-    CLUSTER,
-    LOAD,
-    METRICS,
-    POLICY,
-    SERVICE,
-    SETTINGS,
-    ClusterState,
-    choose_policy,
-    log_start,
-    node_labels,
-    policy_file_of,
-)
+from lockd.app import choose_policy, log_start, node_labels, policy_file_of
+from lockd.appstate import CLUSTER, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.nodepolicy import choose_node_policy
 from lockd.parts import Silent
 from lockd.service import LockService, build_service

@@ -14,7 +14,7 @@ from pathlib import Path
 from aiohttp import web
 
 from lockd import app as lockd_app
-from lockd import heap, ledger, load, statefile
+from lockd import appstate, heap, ledger, load, statefile
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
 from lockd.service import build_service
@@ -68,7 +68,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
             else load.SystemLoad(proc_root=settings.node.proc_root)
         )
     cores = settings.node.cores or os.cpu_count() or 1
-    cache = lockd_app.LoadCache(sample=reader.read())
+    cache = appstate.LoadCache(sample=reader.read())
     metrics = Metrics()
     lockd_app.publish_load(metrics, cache.sample)
     app = lockd_app.make_app(settings, watcher=watcher, cache=cache, reader=reader, metrics=metrics)
@@ -100,7 +100,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         service.ledger.restore(slot)
     if persist is not None:
         persist(list(service.ledger.slots.values()))
-    app[lockd_app.SERVICE] = service
+    app[appstate.SERVICE] = service
     app.on_startup.append(_trim_heap)  # start-up is over: nothing more to list before answering
     lockd_app.log_start(app)
     return app

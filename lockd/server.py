@@ -13,10 +13,13 @@ lockd listens on a host port that every pod on the node can reach, so the server
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
+from lockd import longpoll
 from lockd.metrics import Metrics
 from lockd.settings import ServerSettings
 from stagger import serving
@@ -28,16 +31,28 @@ __all__ = ["ListenError", "Runner", "make_runner", "serve"]
 def make_runner(
     app: web.Application, *, settings: ServerSettings, metrics: Metrics, access_log: logging.Logger | None
 ) -> Runner:
-    """lockd's runner: at most `--max-connections` open (`serving.ConnectionLimit`: the oldest idle one
-    closed for a new one, a new one refused when all are busy), each counted in
-    `stagger_lockd_connections_shed_total`."""
+    """lockd's runner: every connection comes in through the long-poll front door (`lockd.longpoll`),
+    which answers the lock asks and hands the rest to aiohttp; at most `--max-connections` open
+    (`serving.ConnectionLimit`: the oldest idle one closed for a new one, a new one refused when all are
+    busy), each counted in `stagger_lockd_connections_shed_total`."""
+    limit = serving.ConnectionLimit(most=settings.max_connections, shed=metrics.connections_shed.count)
+
+    def front(aiohttp_protocol: Callable[[], RequestHandler]) -> longpoll.FrontDoor:
+        return longpoll.FrontDoor(
+            app=app,
+            aiohttp_protocol=aiohttp_protocol,
+            header_timeout=settings.header_timeout,
+            limit=limit,
+            access_log=access_log,
+        )
+
     return serving.make_runner(
         app,
         header_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
         access_log=access_log,
         owner="lockd",
-        limit=serving.ConnectionLimit(most=settings.max_connections, shed=metrics.connections_shed.count),
+        front=front,
     )
 
 

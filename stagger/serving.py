@@ -26,7 +26,7 @@ import signal
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -36,6 +36,8 @@ from stagger.contracts.errors import ErrorBody
 
 __all__ = [
     "ConnectionLimit",
+    "Front",
+    "FrontFactory",
     "ListenError",
     "Listener",
     "Runner",
@@ -100,14 +102,45 @@ class ConnectionLimit:
     shed: Callable[[str], None] = lambda why: None
 
 
+class Front(Protocol):
+    """What answers a connection before aiohttp does (lockd's long-poll front door, `lockd.longpoll`): a
+    protocol factory that serves some requests itself and hands the others to aiohttp's protocol; it holds
+    its own connections through the runner's shutdown."""
+
+    def __call__(self) -> asyncio.Protocol: ...
+
+    def pre_shutdown(self) -> None: ...
+
+    async def shutdown(self, grace: float | None) -> None: ...
+
+
+FrontFactory = Callable[[Callable[[], RequestHandler]], Front]
+"""Makes the front, given the factory of aiohttp's own protocol (for the connections it hands over)."""
+
+
 class _JsonErrorServer(web.Server):
     owner = "the server"
     limit: ConnectionLimit | None = None
+    front: Front | None = None
 
-    def __call__(self) -> RequestHandler:
+    def handler(self) -> RequestHandler:
+        """aiohttp's protocol for one connection, answering malformed HTTP with JSON."""
         handler = _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
         handler.owner = self.owner
         return handler
+
+    def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
+        return self.front() if self.front is not None else self.handler()
+
+    def pre_shutdown(self) -> None:
+        if self.front is not None:
+            self.front.pre_shutdown()
+        super().pre_shutdown()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - aiohttp's signature
+        if self.front is not None:
+            await self.front.shutdown(timeout)
+        await super().shutdown(timeout)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
@@ -143,17 +176,22 @@ class Runner(web.AppRunner):
         *,
         owner: str = "the server",
         limit: ConnectionLimit | None = None,
+        front: FrontFactory | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(app, **kwargs)
         self._owner = owner
         self._limit = limit
+        self._front = front
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _JsonErrorServer
-        cast(_JsonErrorServer, server).owner = self._owner
-        cast(_JsonErrorServer, server).limit = self._limit
+        ours = cast(_JsonErrorServer, server)
+        ours.owner = self._owner
+        ours.limit = self._limit
+        if self._front is not None:
+            ours.front = self._front(ours.handler)
         return server
 
 
@@ -165,11 +203,13 @@ def make_runner(
     access_log: logging.Logger | None,
     owner: str = "the server",
     limit: ConnectionLimit | None = None,
+    front: FrontFactory | None = None,
 ) -> Runner:
     return Runner(
         app,
         owner=owner,
         limit=limit,
+        front=front,
         handler_cancellation=True,
         keepalive_timeout=header_timeout,
         shutdown_timeout=shutdown_timeout,

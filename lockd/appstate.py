@@ -1,0 +1,96 @@
+"""lockd's app state: the typed keys its parts are kept under, and the small state objects they name. The
+handlers (`lockd.app`), the long-poll front door (`lockd.longpoll`) and the lock ask they share
+(`lockd.asking`) all read the app through these keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from lockd import load, params, podtoken
+from lockd.metrics import Metrics
+from lockd.service import LockService
+from lockd.settings import Settings
+from stagger import kube, throttles
+from stagger.policywatch import PolicyWatcher
+from stagger.serving import json_body
+
+if TYPE_CHECKING:
+    # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
+    # never loads the informers, the group client or the Event recorder.
+    from lockd import cluster, groups
+
+__all__ = [
+    "BODIES",
+    "CLUSTER",
+    "LOAD",
+    "METRICS",
+    "POLICY",
+    "QUERIES",
+    "READER",
+    "SERVICE",
+    "SETTINGS",
+    "ClusterState",
+    "EncodedBodies",
+    "LoadCache",
+    "view_of",
+]
+
+
+@dataclass
+class LoadCache:
+    """The latest load sample: written by the sampler task, read by requests (never sampled on a request)."""
+
+    sample: throttles.LoadSample = throttles.NO_LOAD
+
+    def get(self) -> throttles.LoadSample:
+        return self.sample
+
+
+@dataclass
+class ClusterState:
+    """Cluster mode's parts; filled in when the app starts (they need the running loop and a session)."""
+
+    config: kube.ClusterConfig
+    view: cluster.NodeView | None = None
+    group_watch: groups.GroupWatch | None = None
+    tokens: podtoken.TokenReviewer | None = None
+
+
+class EncodedBodies:
+    """Answers encoded once and reused: the 423 bodies by (reason, position, maxWait), since a queued pod
+    asks again and again and is told the same, and the 200 bodies of holders asking again, by slot. Each
+    table starts over when it holds `size` bodies, so callers cannot grow it without bound."""
+
+    def __init__(self, *, size: int = 1024) -> None:
+        self.size = size
+        self._tables: dict[str, dict[tuple[object, ...], bytes]] = {"denied": {}, "reasked": {}}
+
+    def get(self, table: str, key: tuple[object, ...], build: Callable[[], object]) -> bytes:
+        known = self._tables[table]
+        encoded = known.get(key)
+        if encoded is None:
+            if len(known) >= self.size:
+                known.clear()
+            encoded = known[key] = json_body(build())
+        return encoded
+
+
+SETTINGS = web.AppKey("settings", Settings)
+SERVICE = web.AppKey("service", LockService)
+METRICS = web.AppKey("metrics", Metrics)
+LOAD = web.AppKey("load", LoadCache)
+POLICY = web.AppKey("policy", PolicyWatcher)
+READER = web.AppKey("load_reader", load.LoadReader)
+CLUSTER = web.AppKey("cluster", ClusterState)
+QUERIES = web.AppKey("lock_queries", params.LockQueries)
+BODIES = web.AppKey("encoded_bodies", EncodedBodies)
+
+
+def view_of(app: web.Application) -> cluster.NodeView | None:
+    """Cluster mode's view of the node (None standalone, or before cluster mode has started)."""
+    state = app.get(CLUSTER)
+    return state.view if state is not None else None
