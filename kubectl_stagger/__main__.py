@@ -71,6 +71,15 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
 
 
+def _subcommand(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    """One command, its help ending with the exit codes."""
+    return commands.add_parser(
+        name, help=help_text, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl stagger",
@@ -80,28 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what is asked of the API server")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    check = commands.add_parser(
-        "check-policy",
-        help="validate a policy file offline, with lockd's own loader and messages",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    check = _subcommand(
+        commands, "check-policy", "validate a policy file offline, with lockd's own loader and messages"
     )
     check.add_argument("policy_file", type=Path, metavar="FILE")
-    status = commands.add_parser(
-        "status",
-        help="every staggering group and every node's lockd, read through the API server",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    status = _subcommand(
+        commands, "status", "every staggering group and every node's lockd, read through the API server"
     )
     status.add_argument(
         "-n", "--namespace", default="stagger", help="where stagger is installed (default: stagger)"
     )
     _cluster_flags(status)
-    why = commands.add_parser(
+    why = _subcommand(
+        commands,
         "why",
-        help="why a pod waits or waited: its groups, its node's queue and lockd's reason, its Events",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "why a pod waits or waited: its groups, its node's queue and lockd's reason, its Events",
     )
     why.add_argument("pod", metavar="POD")
     why.add_argument("-n", "--namespace", dest="pod_namespace", default="default", help="the pod's namespace")
@@ -112,11 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="where stagger is installed (default: stagger)",
     )
     _cluster_flags(why)
-    selftest = commands.add_parser(
+    selftest = _subcommand(
+        commands,
         "selftest",
-        help="does an installation answer where its callers reach it (the chart's `helm test` runs this)",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "does an installation answer where its callers reach it (the chart's `helm test` runs this)",
     )
     selftest.add_argument("--webhook-url", help="the controller's Service, e.g. https://NAME.NAMESPACE.svc")
     selftest.add_argument("--ca-file", type=Path, help="the CA the webhook's certificate is checked with")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 
 def free_port() -> int:
@@ -45,3 +49,27 @@ def wait_until_up(url: str, proc: subprocess.Popen[str], *, within: float = 20.0
         if time.monotonic() > deadline:
             raise AssertionError(f"{url} did not answer 200 within {within:g}s")
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def running_lockd(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
+    """A standalone `python -m lockd` on 127.0.0.1:`port` with `args`, once it answers /healthz; stopped
+    with SIGTERM (killed after 15 s) at the end. Its stderr is the caller's to read."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}", *args],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/healthz", proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from tests.chart.helm import CHART, NAMESPACE, render
-from tests.processes import clean_env, free_port, get, wait_until_up
+from tests.processes import free_port, get, running_lockd
 from tests.tools import TOOLS
 from tests.webhook.process import Certs, running_webhook, tls_args
 
@@ -347,23 +346,12 @@ def exported(page: str) -> set[str]:
 
 
 @pytest.fixture
-def lockd_page(tmp_path: Path) -> Iterator[str]:
-    address = f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lockd", "--standalone", "--listen", address],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        wait_until_up(f"http://{address}/readyz", proc)
-        status, page = get(f"http://{address}/metrics")
+def lockd_page() -> Iterator[str]:
+    port = free_port()
+    with running_lockd(port=port):
+        status, page = get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         yield page
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.processes import clean_env, free_port, get, wait_until_up
+from tests.processes import free_port, get, running_lockd
 from tests.tools import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="the walkthrough is curl commands")
@@ -44,21 +43,9 @@ def lockd(tmp_path: Path) -> Iterator[str]:
     # which the README says can happen; this test is about the commands.
     load = tmp_path / "load.json"
     load.write_text(json.dumps({"cpuPercent": 0, "ioPercent": 0}))
-    address = f"127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "lockd", "--standalone", "--listen", address, *run_args()]
-    proc = subprocess.Popen(
-        [*command, "--load-file", str(load)],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until_up(f"http://{address}/readyz", proc)
-        yield address
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=15)
+    port = free_port()
+    with running_lockd(*run_args(), "--load-file", str(load), port=port):
+        yield f"127.0.0.1:{port}"
 
 
 def test_the_walkthrough_runs_twice_and_leaves_lockd_as_it_found_it(lockd: str, tmp_path: Path) -> None:

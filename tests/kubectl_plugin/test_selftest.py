@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.processes import clean_env, free_port, wait_until_up
+from tests.processes import clean_env, free_port, running_lockd
 from tests.webhook.process import Certs, running_webhook, tls_args
 
 pytestmark = pytest.mark.slow
@@ -24,20 +24,9 @@ SCRIPT = shutil.which("kubectl-stagger", path=str(Path(sys.executable).parent))
 
 @pytest.fixture
 def lockd_url() -> Iterator[str]:
-    url = f"http://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lockd", "--standalone", "--listen", url.removeprefix("http://")],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        wait_until_up(f"{url}/readyz", proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    port = free_port()
+    with running_lockd(port=port):
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture

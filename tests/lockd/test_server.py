@@ -4,7 +4,6 @@ timeout, malformed HTTP gets a JSON 400 and no traceback, a port in use is one l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
@@ -15,7 +14,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,29 +23,7 @@ from lockd.settings import Settings
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER
 from tests.metrics import by_label
 from tests.policies import limit_policy
-from tests.processes import clean_env, free_port, get, wait_until_up
-
-
-@contextlib.contextmanager
-def running_lockd(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}", *args],
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until_up(f"http://127.0.0.1:{port}/healthz", proc)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+from tests.processes import clean_env, free_port, get, running_lockd
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:
