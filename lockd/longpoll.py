@@ -25,7 +25,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -100,28 +100,20 @@ def parse_head(head: bytes) -> Ask | None:
     )
 
 
+@dataclass(eq=False)
 class FrontDoor:
     """The connections of lockd's listener (`serving.Front`): makes a `Connection` for each, and keeps
     the limit, the header timeout and the shutdown for all of them."""
 
-    def __init__(
-        self,
-        *,
-        app: web.Application,
-        aiohttp_protocol: Callable[[], RequestHandler],
-        header_timeout: float,
-        limit: ConnectionLimit | None,
-        access_log: logging.Logger | None,
-    ) -> None:
-        self.app = app
-        self.aiohttp_protocol = aiohttp_protocol
-        self.header_timeout = header_timeout
-        self.limit = limit
-        self.access_log = access_log
-        self.closing = False
-        # Every connection that came in, in the order it came (the oldest idle one is shed first); handed
-        # ones stay until found closed, since their `connection_lost` goes to aiohttp's protocol.
-        self.open: dict[Connection, None] = {}
+    app: web.Application
+    aiohttp_protocol: Callable[[], RequestHandler]
+    header_timeout: float
+    limit: ConnectionLimit | None
+    access_log: logging.Logger | None
+    closing: bool = False
+    # Every connection that came in, in the order it came (the oldest idle one is shed first); handed
+    # ones stay until found closed, since their `connection_lost` goes to aiohttp's protocol.
+    open: dict[Connection, None] = field(default_factory=dict)
 
     def __call__(self) -> Connection:
         return Connection(self)
