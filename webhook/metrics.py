@@ -100,7 +100,8 @@ class Metrics:
         self.grants = Counter(
             "stagger_controller_grants",
             "Answers of the group grant API (POST /v1/groups/grant and the gate reconciler), by basis: "
-            "paced, bypassed, maxBlocked, notHeld, reserved (granted), denied, unknown (refused).",
+            "paced, bypassed, maxBlocked, notHeld, reserved, ownerReservation (granted), denied, unknown "
+            "(refused).",
             ["basis"],
             registry=r,
         )

@@ -18,7 +18,9 @@ all pods:
   admission against it (`take_owner_claim`), carrying the first hold time of the chain. An admission
   claim is made when admission lets a new pod through (`admit`) before the watch has brought it. A claim
   ends when a pod carrying its id (the ticket annotation) is in the book, or after RESERVATION_SECONDS:
-  an evicted pod not replaced in that time frees its place.
+  an evicted pod not replaced in that time frees its place. A replacement held anyway (admission got no
+  answer from the leader) goes against its owner's reservation (`owner_claim`): reserving it takes the
+  reservation, and its eviction makes the owner's next one, so a place is never counted twice.
 
 A finished pod counts nowhere; a deleted pod (or one being deleted) is removed from the book. Decisions
 follow the pacer semantics of docs/design.md: a waiting pod may go when, for every pair it waits for, the

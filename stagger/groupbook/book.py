@@ -4,6 +4,7 @@ first, reservations, and evict mode's claims."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,13 @@ class GroupBook:
     _claims: dict[str, Claim] = field(default_factory=dict, init=False)
     _claim_order: Any = field(default_factory=SortedList, init=False)  # (since, id)
     _owner_claims: dict[str, list[str]] = field(default_factory=dict, init=False)  # untaken, oldest first
+    # Evict-mode holds of pods with an owner (waiting, reserved or not), numbered in the order the book
+    # got them: key -> (owner, uid, arrival), and by owner (arrival, key).
+    _arrivals: int = field(default=0, init=False)
+    _holds: dict[PodKey, tuple[str, str, int]] = field(default_factory=dict, init=False)
+    _owner_holds: dict[str, Any] = field(default_factory=dict, init=False)
+    # Reservations of evict-mode holds: the arrival count when made, and the owner's reservation taken.
+    _evict_reservations: dict[PodKey, tuple[int, Claim | None]] = field(default_factory=dict, init=False)
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -124,6 +132,47 @@ class GroupBook:
         """Reservations of `owner` not taken yet."""
         return len(self._owner_claims.get(owner, ()))
 
+    def owner_claim(self, key: PodKey) -> Claim | None:
+        """The owner's reservation this held pod goes against, if any (as of the last `now` seen).
+
+        A pod of an owner held after one of the owner's held pods was released (reserved, then evicted:
+        `Claim.after`) while the owner has that reservation is its replacement, held only because
+        admission had no answer (a replica that does not lead asked the leader within --admit-timeout):
+        admission would have let it through against the reservation. Such holds, in the order the book
+        got them, are matched one to one with the owner's reservations; a pod goes against its match
+        when that reservation counts in every pair the pod counts in (so the swap never adds to a pair).
+        A pod held before the release (one of the owner's other held pods) waits for the pacers: it is
+        not a replacement, and taking the reservation would leave the replacement to be held again."""
+        record = self._records.get(key)
+        if record is None or not record.owner:
+            return None
+        return dict(self._owner_matches(record.owner)).get(key)
+
+    def owner_releases(self) -> list[tuple[PodKey, Claim]]:
+        """Every held pod that goes against its owner's reservation (`owner_claim`), with it. Costs
+        O(reservations + the holds that arrived after the oldest) per owner with reservations."""
+        return [match for owner in self._owner_claims for match in self._owner_matches(owner)]
+
+    def _owner_matches(self, owner: str) -> list[tuple[PodKey, Claim]]:
+        claim_ids = self._owner_claims.get(owner)
+        holds = self._owner_holds.get(owner)
+        if not claim_ids or not holds:
+            return []
+        claims = sorted((self._claims[claim_id] for claim_id in claim_ids), key=lambda c: (c.after, c.since))
+        matches: list[tuple[PodKey, Claim]] = []
+        # Holds in arrival order against reservations in release order: a hold goes against the first
+        # reservation left whose release came before it (a later one's came later still).
+        for arrival, key in holds.irange(minimum=(claims[0].after + 1,)):
+            if len(matches) == len(claims):
+                break
+            claim = claims[len(matches)]
+            if arrival <= claim.after or key in self._reservations:
+                continue
+            record = self._records[key]
+            if set(record.pacer_groups).union(record.bypassed_groups) <= set(claim.pairs):
+                matches.append((key, claim))
+        return matches
+
     def waiting_in(self, pair: Pair) -> list[PodKey]:
         """The waiting, unreserved pods of `pair`, oldest first (for /status; O(held))."""
         state = self._pairs.get(pair)
@@ -146,6 +195,7 @@ class GroupBook:
         if reserved_at is not None and not keep:
             self._forget_reservation(key, reserved_at)
         self._index(record, reserved=keep)
+        self._track_hold(key, record)
         if record.ticket is not None and record.ticket in self._claims:
             self._drop_claim(record.ticket)  # the pod counts for itself now
 
@@ -159,18 +209,27 @@ class GroupBook:
         self._unindex(old, reserved=reserved_at is not None)
         if reserved_at is not None:
             self._forget_reservation(key, reserved_at)
+        self._track_hold(key, None)
 
     def reserve(self, key: PodKey, *, now: float) -> bool:
         """Count a grant of a waiting pod as starting until the pod shows it (or RESERVATION_SECONDS pass).
 
-        Idempotent: a pod already reserved keeps its first reservation (asking again never extends it).
-        False when there is nothing to reserve: an unknown pod, or one that is not waiting."""
+        A held pod that goes against its owner's reservation (`owner_claim`) takes it: the place was
+        counted already, and is counted once, now for this pod (`evicted` makes the owner's next one,
+        `unreserve` gives it back). Idempotent: a pod already reserved keeps its first reservation (asking
+        again never extends it). False when there is nothing to reserve: an unknown pod, or one that is
+        not waiting."""
         self.expire(now)
         record = self._records.get(key)
         if record is None or not record.waiting:
             return False
         if key in self._reservations:
             return True
+        if record.evict_hold:
+            claim = self.owner_claim(key)
+            if claim is not None:
+                self._drop_claim(claim.id)
+            self._evict_reservations[key] = (self._arrivals, claim)
         self._unindex(record, reserved=False)
         self._reservations[key] = now
         self._reservation_order.add((now, key))
@@ -179,14 +238,19 @@ class GroupBook:
 
     def unreserve(self, key: PodKey) -> None:
         """Take back a reservation whose grant could not be recorded on the pod (the gate reconciler's
-        patch failed): the place is free again at once, not after RESERVATION_SECONDS."""
+        patch failed, an eviction was refused): the place is free again at once, not after
+        RESERVATION_SECONDS; or, when the reservation took its owner's, the owner's again (as old as it
+        was: it lapses when it would have)."""
         reserved_at = self._reservations.get(key)
         if reserved_at is None:
             return
         record = self._records[key]
+        _, claim = self._evict_reservations.get(key, (0, None))
         self._unindex(record, reserved=True)
         self._forget_reservation(key, reserved_at)
         self._index(record, reserved=False)
+        if claim is not None:
+            self._add_claim(claim)
 
     def expire(self, now: float) -> None:
         """Let reservations and claims made RESERVATION_SECONDS or more before `now` lapse."""
@@ -210,6 +274,7 @@ class GroupBook:
         now: float,
         taken: bool,
         claim_id: str | None = None,
+        after: int = 0,
     ) -> Claim:
         """Count a place in `pairs` for a pod not in the book yet (see `Claim`). A new random id unless
         `claim_id` is given."""
@@ -221,6 +286,7 @@ class GroupBook:
             first_held=first_held,
             since=now,
             taken=taken,
+            after=after,
         )
         self._add_claim(claim)
         return claim
@@ -234,34 +300,46 @@ class GroupBook:
             return None
         old = self._claims[waiting[0]]
         self._drop_claim(old.id)
-        taken = Claim(
-            id=old.id, pairs=old.pairs, owner=old.owner, first_held=old.first_held, since=now, taken=True
-        )
+        taken = dataclasses.replace(old, since=now, taken=True)
         self._add_claim(taken)
         return taken
 
     def evicted(self, record: PodRecord, *, now: float) -> Claim | None:
         """The held pod of `record` was evicted: it leaves the book (if the book still has it: the watch
         may have removed it first), and its place becomes a reservation for its owner's replacement,
-        carrying when the pod's hold began. A pod without an owner frees its place (None)."""
+        carrying when the pod's hold began (its chain's first, when it went against its owner's
+        reservation: that one was taken by its own, so the owner has one reservation per pod evicted and
+        not replaced). Pods of the owner held after the pod's release began are its replacement
+        (`owner_claim`). A pod without an owner frees its place (None)."""
+        first_held = record.created
+        after = self._arrivals  # the release's start, when the book no longer knows it: now
         current = self._records.get(record.key)
         if current is not None and current.uid == record.uid:
+            after, taken = self._evict_reservations.get(record.key, (after, None))
+            if taken is not None and taken.first_held is not None:
+                first_held = min(first_held, taken.first_held)
             self.remove(*record.key)
         if not record.owner:
             return None
         return self.claim(
             pairs=record.pacer_groups + record.bypassed_groups,
             owner=record.owner,
-            first_held=record.created,
+            first_held=first_held,
             now=now,
             taken=False,
+            after=after,
         )
 
     def _add_claim(self, claim: Claim) -> None:
         self._claims[claim.id] = claim
         self._claim_order.add((claim.since, claim.id))
         if not claim.taken:
-            self._owner_claims.setdefault(claim.owner, []).append(claim.id)
+            waiting = self._owner_claims.setdefault(claim.owner, [])
+            # Oldest first; a claim given back (`unreserve`) may be older than the newest.
+            at = len(waiting)
+            while at and self._claims[waiting[at - 1]].since > claim.since:
+                at -= 1
+            waiting.insert(at, claim.id)
         for pair in claim.pairs:
             state = self._pairs.get(pair)
             if state is None:
@@ -284,9 +362,32 @@ class GroupBook:
 
     # --- the indexes --------------------------------------------------------------------------------
 
+    def _track_hold(self, key: PodKey, record: PodRecord | None) -> None:
+        """Keep the evict-mode holds of pods with an owner numbered in the order the book got them (a pod
+        that stops being one leaves; one that becomes one, or another pod under that name, gets the next
+        number)."""
+        old = self._holds.get(key)
+        hold = record is not None and record.waiting and record.evict_hold and bool(record.owner)
+        if old is not None:
+            if record is not None and hold and old[:2] == (record.owner, record.uid):
+                return
+            del self._holds[key]
+            holds = self._owner_holds[old[0]]
+            holds.remove((old[2], key))
+            if not holds:
+                del self._owner_holds[old[0]]
+        if record is not None and hold:
+            self._arrivals += 1
+            self._holds[key] = (record.owner, record.uid, self._arrivals)
+            holds = self._owner_holds.get(record.owner)
+            if holds is None:
+                holds = self._owner_holds[record.owner] = SortedList()
+            holds.add((self._arrivals, key))
+
     def _forget_reservation(self, key: PodKey, reserved_at: float) -> None:
         del self._reservations[key]
         self._reservation_order.remove((reserved_at, key))
+        self._evict_reservations.pop(key, None)  # the owner's reservation it took, if any, ends with it
 
     def _index(self, record: PodRecord, *, reserved: bool) -> None:
         self._apply(record, reserved=reserved, add=True)

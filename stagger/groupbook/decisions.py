@@ -55,6 +55,19 @@ def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: Po
         return Decision(granted=True, reason=_not_held(record), retry_after=0.0, basis="notHeld")
     if book.reserved(key):
         return Decision(granted=True, reason="already granted", retry_after=0.0, basis="reserved")
+    # Before maxBlockedDuration and bypass: the reservation it takes is counted already (`book.reserve`),
+    # so its owner is never left with a second place for one.
+    claim = book.owner_claim(key)
+    if claim is not None:
+        return Decision(
+            granted=True,
+            reason=(
+                f"its owner's reservation {claim.id}: a held pod of the same owner was evicted to let its "
+                "replacement start, and this one was held instead"
+            ),
+            retry_after=0.0,
+            basis="ownerReservation",
+        )
     if record.bypassed:
         return Decision(granted=True, reason="bypassed in every policy", retry_after=0.0, basis="bypassed")
     held_for = now - record.created
@@ -169,11 +182,13 @@ def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now:
 
     Granting all of them together never over-grants: a pair admits only its oldest `room` unreserved
     waiting pods, so at most `room` paced grants land in any pair (pods released by maxBlockedDuration
-    or bypass come on top, as they do one by one). Costs O(room + released) per pair with waiting pods,
-    O(waiting) for pairs without a limit."""
+    or bypass come on top, as they do one by one; pods that go against their owner's reservation come
+    on top too, but each takes its reservation, a place counted already). Costs O(room + released) per
+    pair with waiting pods, O(waiting) for pairs without a limit."""
     book.expire(now)
     reservations = book._reservations
     chosen = {key for key in book._unqueued if key not in reservations}
+    chosen.update(key for key, _ in book.owner_releases())
     admitted: dict[PodKey, int] = {}
     for pair, state in book._pairs.items():
         if not state.waiting:

@@ -63,7 +63,9 @@ UNKNOWN_RETRY_SECONDS = 2.0
 MIN_RETRY_SECONDS = 0.5
 
 
-Basis = Literal["paced", "bypassed", "maxBlocked", "notHeld", "reserved", "denied", "unknown"]
+Basis = Literal[
+    "paced", "bypassed", "maxBlocked", "notHeld", "reserved", "ownerReservation", "denied", "unknown"
+]
 
 
 AdmitBasis = Literal["reserved", "paced", "denied", "unknown"]
@@ -138,7 +140,8 @@ class Decision:
 
     `basis` says why, for metrics and logs: `paced` (every pacer had room), `bypassed`, `maxBlocked`
     (released regardless), `notHeld` (already granted or never held), `reserved` (granted a moment ago,
-    asked again), `denied`, `unknown` (not in the book yet)."""
+    asked again), `ownerReservation` (evict mode: a held pod of an owner with a reservation goes against
+    it, as admission would have let it through), `denied`, `unknown` (not in the book yet)."""
 
     granted: bool
     reason: str
@@ -154,7 +157,9 @@ class Claim:
     for the owner's replacement pod. `taken`: admission let a pod through against it (or took a free
     place for a new pod); it waits for that pod to show in the book with the ticket `id`. `first_held`:
     when the first pod of the chain was held (None: never held). `since`: when it was made or taken; it
-    lapses RESERVATION_SECONDS later."""
+    lapses RESERVATION_SECONDS later. `after`: the book's count of evict-mode holds when the evicted
+    pod was reserved (its release began): a pod of the owner held after that, while the reservation is
+    not taken, is the replacement admission held for want of an answer (`GroupBook.owner_claim`)."""
 
     id: str
     pairs: tuple[Pair, ...]
@@ -162,6 +167,7 @@ class Claim:
     first_held: float | None
     since: float
     taken: bool
+    after: int = 0
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,18 @@ new pod through and claim its place; held pods go first; an owner's reservation 
 through whatever the pacers say, carrying the chain's first hold), `evicted` (the pod leaves the book, its
 place becomes its owner's reservation), claims ended by the pod with the ticket or after 60 s, records
 read from pods (owner, hold annotation, held-since); and a hypothesis state machine of a herd of
-ReplicaSet pods admitted, held, evicted, replaced and turning Ready, checked against a model: a pair's
-Ready + starting never exceeds the pacer's allowance through paced admissions or evictions, a replacement
-is never held, and every claim ends."""
+ReplicaSet pods admitted, held, evicted (or the eviction refused), replaced (or the replacement held:
+admission got no answer from the leader) and turning Ready, checked against a model: a pair's Ready +
+starting never exceeds the pacer's allowance through paced admissions or evictions, a replacement is
+never held by the leader, a held replacement goes against its owner's reservation at the next
+reconcile, an owner never has more reservations than pods of it evicted and not replaced, and every
+claim ends."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -199,6 +203,7 @@ class EvictHerd(RuleBasedStateMachine):
         self.now = T0
         self.names = itertools.count()
         self.pending_replacements: list[str] = []  # owners whose pod was evicted, replacement not created yet
+        self.held_replacements: set[str] = set()  # replacements held for want of an answer, not evicted yet
         self.admitted_over = 0  # admissions let through by an owner's reservation while over the pacer
 
     def counts(self) -> groupbook.Counts:
@@ -235,10 +240,39 @@ class EvictHerd(RuleBasedStateMachine):
         for key in groupbook.grantable(self.book, policies=self.policies, now=self.now):
             got = self.book.get(key)
             assert got is not None and got.evict_hold
+            before = self.counts()
             assert self.book.reserve(key, now=self.now)
             claim = self.book.evicted(got, now=self.now)
             assert claim is not None and claim.owner == got.owner
+            if got.name in self.held_replacements:
+                # It went against its owner's reservation (if one was left): counted once, not twice.
+                self.held_replacements.discard(got.name)
+                assert self.counts().starting <= before.starting + 1
             self.pending_replacements.append(got.owner)
+        # No held replacement is left waiting while its owner's reservation fills the group.
+        assert self.book.owner_releases() == []
+
+    @rule(data=st.data())
+    def refused(self, data: st.DataObject) -> None:
+        """The Eviction API refuses (429): the reservation is taken back, the place is as it was."""
+        keys = groupbook.grantable(self.book, policies=self.policies, now=self.now)
+        if not keys:
+            return
+        key = data.draw(st.sampled_from(keys))
+        before, claims = self.counts(), sorted(c.id for c in self.book.claims())
+        assert self.book.reserve(key, now=self.now)
+        self.book.unreserve(key)
+        assert self.counts() == before and sorted(c.id for c in self.book.claims()) == claims
+
+    @precondition(lambda self: self.pending_replacements)
+    @rule(data=st.data())
+    def held_replacement(self, data: st.DataObject) -> None:
+        """A replacement's admission went to a replica that does not lead, and the leader did not answer
+        in time: held, with its own hold time."""
+        owner = self.pending_replacements.pop(data.draw(st.integers(0, len(self.pending_replacements) - 1)))
+        name = f"p{next(self.names)}"
+        self.book.upsert(record(name, owner=owner, held=True, created=self.now))
+        self.held_replacements.add(name)
 
     @precondition(lambda self: self.pending_replacements)
     @rule(data=st.data())
@@ -271,6 +305,22 @@ class EvictHerd(RuleBasedStateMachine):
         counts = self.counts()
         limit = pacers.allowance(self.policy.pacer, ready=counts.ready)
         assert limit is None or counts.ready + counts.starting <= limit, (counts, limit)
+
+    @invariant()
+    def one_reservation_per_place(self) -> None:
+        """An owner's reservations are for its pods evicted and not replaced: the replacements still to
+        come, and the ones held for want of an answer (which take them)."""
+        if not hasattr(self, "book"):
+            return
+        self.book.expire(self.now)
+        pending = Counter(self.pending_replacements)
+        held = Counter(
+            got.owner
+            for name in self.held_replacements
+            if (got := self.book.get(("shop", name))) is not None and got.waiting
+        )
+        for owner in ("rs-1", "rs-2", "rs-3"):
+            assert self.book.owner_claims(owner) <= pending[owner] + held[owner], owner
 
     @invariant()
     def claims_are_counted(self) -> None:
