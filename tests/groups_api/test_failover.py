@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim.emulator.server import ApiServer
-from tests.groups_api.controller import Api, Controller, running_controller
+from tests.groups_api.controller import TOKEN, Api, Controller, running_controller
 from tests.webhook.reviews import enabled, pod
 
 pytestmark = pytest.mark.e2e
@@ -55,6 +55,14 @@ async def test_the_follower_takes_over_without_exceeding_the_limit(
         leader = (await first.status())["groups"]["leader"]
         status, refused = await second.post("/v1/groups/grant", {"namespace": "default", "name": names[0]})
         assert status == 503 and refused["leader"] == leader and leader in refused["error"]
+        # The follower closes the connection: through the leader Service, the next one reaches the leader.
+        async with second.session.post(
+            second.process.url + "/v1/groups/grant",
+            json={"namespace": "default", "name": names[0]},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            ssl=second.certs.client_context(),
+        ) as answer:
+            assert answer.status == 503 and answer.headers.get("Connection") == "close"
 
         assert await _grants(first, names[:3]) == [True, True, False]
         for name in names[:2]:

@@ -156,4 +156,10 @@ def not_granting(*, leader: str | None, is_leader: bool) -> web.Response:
     else:
         reason = "no leader elected yet"
     body: contract.NotLeaderBody = {"error": reason, "leader": leader}
-    return json_response(body, status=503, headers={"Retry-After": "1"})
+    response = json_response(body, status=503, headers={"Retry-After": "1"})
+    if not is_leader:
+        # The caller came through the leader Service, which picks a pod per connection (kube-proxy keeps a
+        # connection on the pod it chose): closing this one makes its next request find the leader. Kept
+        # alive, lockd asked this replica again and again after an election (python -m sim chaos --seed 48).
+        response.force_close()
+    return response
