@@ -26,7 +26,7 @@ from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.controllers import ControllerManager, ControllerSettings
 from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings
-from sim.cluster.kubernetes.nodeagent import NodeAgent, NodeAgentSettings, node_name
+from sim.cluster.kubernetes.nodeagent import NodeAgent, NodeAgentSettings, node_name, pod_subnet
 from sim.cluster.kubernetes.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.launchers.controllerproc import ControllerProcess, ControllerSpec
 from sim.cluster.launchers.forkserver import ForkServer
@@ -204,7 +204,7 @@ class SimCluster:
                 settings=KubeletSettings(
                     node_name=name,
                     node_ip=ip,
-                    pod_ip_prefix=f"10.244.{i}.",
+                    pod_ip_prefix=f"{pod_subnet(i)}.",
                     cores=s.nodes.cores,
                     model=s.model,
                     lockd_url=lockd.spec.url if lockd is not None else None,

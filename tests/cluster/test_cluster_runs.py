@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sim.cluster.kubernetes.nodeagent import pod_subnet
 from sim.cluster.objects import is_terminating, name_of, node_name_of
 from sim.cluster.scenario import StaggerConfig, Workload, workload_manifest
 from sim.cluster.simcluster import SimCluster, node_name
@@ -44,7 +45,7 @@ async def test_a_deployment_scales_up_and_every_pod_becomes_ready(backend: Backe
             node_index = int(node_name_of(pod).rsplit("-", 1)[1])
             assert status["phase"] == "Running"
             assert status["hostIP"] == cluster.node_ip(node_index)
-            assert status["podIP"].startswith(f"10.244.{node_index}.")
+            assert status["podIP"].startswith(f"{pod_subnet(node_index)}.")
             assert {c["type"] for c in status["conditions"]} >= {
                 "PodScheduled",
                 "Initialized",

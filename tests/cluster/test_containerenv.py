@@ -48,7 +48,7 @@ def test_expand(text: str, expected: str) -> None:
 
 def test_the_injected_init_client_reaches_the_nodes_lockd() -> None:
     container = initclient_container(host_port=9400, max_wait="1m")
-    env = resolve_env(container, POD, node_name="sim-node-0", host_ip="127.0.1.1", pod_ip="10.244.0.2")
+    env = resolve_env(container, POD, node_name="sim-node-0", host_ip="127.0.1.1", pod_ip="198.18.128.2")
     assert env == {
         "HOST_IP": "127.0.1.1",
         "STAGGER_LOCKD_URL": "http://127.0.1.1:9400",
@@ -79,11 +79,11 @@ def test_field_refs_and_order_of_definition() -> None:
         "command": ["run", "--ip=$(POD_IP)"],
         "args": ["$(NOPE)", "$$(NODE)"],
     }
-    env = resolve_env(container, POD, node_name="sim-node-0", host_ip="127.0.1.1", pod_ip="10.244.0.2")
+    env = resolve_env(container, POD, node_name="sim-node-0", host_ip="127.0.1.1", pod_ip="198.18.128.2")
     assert env["LATE"] == "$(EARLY)-$(POD_IP)"
-    assert env["BOTH"] == "x-10.244.0.2"
+    assert env["BOTH"] == "x-198.18.128.2"
     assert (env["NODE"], env["SA"], env["APP"], env["TEAM"]) == ("sim-node-0", "sa", "web", "a")
-    assert command_line(container, env) == ["run", "--ip=10.244.0.2", "$(NOPE)", "$(NODE)"]
+    assert command_line(container, env) == ["run", "--ip=198.18.128.2", "$(NOPE)", "$(NODE)"]
 
 
 def test_resource_and_configmap_refs() -> None:

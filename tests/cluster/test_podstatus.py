@@ -115,7 +115,7 @@ def test_rendered_status_looks_like_a_kubelets() -> None:
         main=main,
         phase="Running",
         host_ip="127.0.1.1",
-        pod_ip="10.244.0.2",
+        pod_ip="198.18.128.2",
         start_time=0.5,
         now=6,
         base=BASE,
@@ -133,7 +133,7 @@ def test_rendered_status_looks_like_a_kubelets() -> None:
     assert conditions["PodScheduled"]["status"] == "True"
     assert (status["hostIP"], status["podIP"], status["startTime"]) == (
         "127.0.1.1",
-        "10.244.0.2",
+        "198.18.128.2",
         "2024-01-01T00:00:00Z",
     )
     assert status["qosClass"] == "Burstable"

@@ -172,13 +172,13 @@ async def test_status_pod_ips_hold_one_ip_per_family(kube: Conn) -> None:
     # validatePodIPs (ValidatePodStatusUpdate): two IPv4 addresses are refused, the bad list printed as the
     # internal core.PodIP structs; one is fine.
     await kube.created(kube.pods, pod("p"))
-    two = {"status": {"podIP": "10.244.0.4", "podIPs": [{"ip": "10.244.0.4"}, {"ip": "10.244.0.3"}]}}
+    two = {"status": {"podIP": "198.18.128.4", "podIPs": [{"ip": "198.18.128.4"}, {"ip": "198.18.128.3"}]}}
     reply = await kube.patch(f"{kube.pods}/p/status", two, MERGE)
     assert reply.status == 422, reply.body
     error = (
-        'status.podIPs: Invalid value: [{"IP":"10.244.0.4"},{"IP":"10.244.0.3"}]: '
+        'status.podIPs: Invalid value: [{"IP":"198.18.128.4"},{"IP":"198.18.128.3"}]: '
         "may specify no more than one IP for each IP family"
     )
     assert reply.body["message"] == invalid_message("Pod", "p", error)
-    one = {"status": {"podIP": "10.244.0.4", "podIPs": [{"ip": "10.244.0.4"}]}}
+    one = {"status": {"podIP": "198.18.128.4", "podIPs": [{"ip": "198.18.128.4"}]}}
     assert (await kube.patch(f"{kube.pods}/p/status", one, MERGE)).status == 200

@@ -81,7 +81,7 @@ class KubeletSettings:
     node_name: str
     node_ip: str
     pod_ip_prefix: str
-    """Pod IPs are ``<prefix><n>`` (e.g. ``10.244.1.``)."""
+    """Pod IPs are ``<prefix><n>`` (e.g. ``198.18.129.``: `nodeagent.pod_subnet`)."""
     cores: float
     model: ModelSettings = field(default_factory=ModelSettings)
     lockd_url: str | None = None

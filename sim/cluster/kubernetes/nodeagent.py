@@ -31,6 +31,14 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 controller removes it once the node reports Ready."""
 
 
+def pod_subnet(index: int) -> str:
+    """The first three octets of simulated node `index`'s pod addresses: 198.18.128.0/17, a /24 a node (the
+    test bed keeps to 198.18.0.0/15, RFC 2544's benchmarking range; real nodes' pods use 198.18.1-127.x,
+    sim/realcluster/plan.py). Simulated pods never use their address on a network; past 128 nodes the
+    subnets repeat."""
+    return f"198.18.{128 + index % 128}"
+
+
 def node_name(index: int) -> str:
     return f"sim-node-{index}"
 
@@ -54,7 +62,7 @@ def node_manifests(*, index: int, pool: NodePool, ip: str, now: float | None = N
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+        "spec": {"podCIDR": f"{pod_subnet(index)}.0/24", "podCIDRs": [f"{pod_subnet(index)}.0/24"]},
     }
     if pool.taints:
         node["spec"]["taints"] = [dict(t) for t in pool.taints]
