@@ -22,9 +22,13 @@ logger = logging.getLogger(__name__)
 
 
 def _pod_state(pod: Any) -> str:
-    """Where a pod is: node, phase, scheduling gates, the init containers' states, Ready."""
+    """Where a pod is: node, phase, being deleted, scheduling gates, the init containers' states, Ready."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     parts = [str(spec.get("nodeName") or "unscheduled"), str(status.get("phase") or "no phase")]
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if deleting:
+        # Evicted or deleted, and still there: its kubelet has not finished terminating it.
+        parts.append(f"terminating since {deleting}")
     gates = [g.get("name") for g in spec.get("schedulingGates") or []]
     if gates:
         parts.append(f"gates {gates}")

@@ -47,6 +47,18 @@ from sim.chaos.endstate import _pod_state
             "n2, Running, init stagger-wait terminated Completed, Ready unknown",
             id="started, not Ready",
         ),
+        pytest.param(
+            {
+                "metadata": {"deletionTimestamp": "2026-11-26T10:00:00Z"},
+                "spec": {"nodeName": "n1"},
+                "status": {
+                    "phase": "Pending",
+                    "initContainerStatuses": [{"name": "stagger-hold", "state": {"running": {}}}],
+                },
+            },
+            "n1, Pending, terminating since 2026-11-26T10:00:00Z, init stagger-hold running, Ready unknown",
+            id="evicted, not gone",
+        ),
     ],
 )
 def test_a_stuck_pod_in_one_line(pod: dict[str, Any], line: str) -> None:

@@ -127,8 +127,15 @@ class PodRuntime:
     uses_stagger: bool = False
     slot_released: bool = False
     terminating: bool = False
+    terminate_again_at: float | None = None
+    """A termination that failed (its delete not answered) is tried again from then, as the real kubelet's
+    pod worker keeps at a terminating pod until it is gone."""
     failed_phase: str | None = None
     written: Obj | None = None
+
+
+TERMINATE_RETRY_SECONDS = 1.0
+"""How soon a termination whose delete failed is tried again."""
 
 
 def model_key(uid: str, name: str, *, init: bool = False) -> str:
@@ -230,8 +237,9 @@ class Kubelet:
                     continue  # finished before this kubelet started: nothing to run
                 rt = self._admit(pod, now)
             rt.pod = pod
-            if is_terminating(pod) and not rt.terminating:
-                rt.terminating = True
+            again = rt.terminate_again_at is not None and now >= rt.terminate_again_at
+            if is_terminating(pod) and (not rt.terminating or again):
+                rt.terminating, rt.terminate_again_at = True, None
                 self._spawn(self._terminate(rt))
         for uid in [u for u in self.runtimes if u not in seen]:
             self._forget(self.runtimes.pop(uid))
@@ -573,13 +581,16 @@ class Kubelet:
                 base=self.clock.base,
             )
             await self._write_status(rt, status)
-            await self._delete_now(rt.pod)
+            if not await self._delete_now(rt.pod):
+                rt.terminate_again_at = self.clock.now() + TERMINATE_RETRY_SECONDS
         except Exception:
             logger.exception("%s: terminating %s failed", self.settings.node_name, rt.key)
+            rt.terminate_again_at = self.clock.now() + TERMINATE_RETRY_SECONDS
         finally:
             self._wake.set()
 
-    async def _delete_now(self, pod: Obj) -> None:
+    async def _delete_now(self, pod: Obj) -> bool:
+        """Delete the pod for good; whether it is gone (deleted, or no longer that pod)."""
         try:
             await self.client.delete(
                 PODS, name=name_of(pod), namespace=namespace_of(pod), grace_period_seconds=0, uid=uid_of(pod)
@@ -587,6 +598,13 @@ class Kubelet:
         except ApiError as exc:
             if exc.status not in (404, 409):
                 logger.warning("%s: deleting %s failed: %s", self.settings.node_name, cache_key(pod), exc)
+                return False
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # Not answered (a busy API server, a timeout): not gone yet, tried again. Before, such a pod
+            # stayed terminating for good and its owner never replaced it (make chaos, seed 72).
+            logger.warning("%s: deleting %s failed: %r", self.settings.node_name, cache_key(pod), exc)
+            return False
+        return True
 
     async def _stop_init(self, rt: PodRuntime) -> None:
         if rt.process is not None and rt.process.returncode is None:
