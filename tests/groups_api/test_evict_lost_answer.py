@@ -110,49 +110,41 @@ async def test_an_eviction_whose_answer_is_lost_still_leaves_the_owner_its_reser
     tmp_path: Path,
 ) -> None:
     plan = FaultPlan(settings=FaultSettings.none(), seed=1, span_seconds=1)
-    async with ApiServer() as server, aiohttp.ClientSession() as upstream_session:
+    async with ApiServer() as server:
         proxy = LoseFirstEvictionAnswer(upstream=server.url, plan=plan)
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", proxy.handle)
-        app[SESSION] = upstream_session
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with running_controller(
+        async with (
+            through(proxy) as proxy_url,
+            running_controller(
                 server=server,
                 tmp_path=tmp_path,
                 policies=POLICY,
                 extra=("--no-leader-elect", "--log-level", "info"),
                 granting=None,
-                api_url=f"http://127.0.0.1:{port}",
+                api_url=proxy_url,
                 failure_policy="Fail",
                 timeout_seconds=8,
-            ) as controller:
-                process = controller.process
-                api = Api(server, controller.session)
-                await asyncio.to_thread(process.wait_for_line, r"granting: ")
-                first = await api.create_pod(owned("web-a", "web"))
-                assert not held(first)
-                second = await api.create_pod(owned("web-b", "web"))
-                assert held(second)
-                other = await api.create_pod(owned("api-a", "api"))
-                assert held(other)
-                await api.make_ready("web-a")
-                # web-b is evicted (its answer lost), web's replacement comes against the reservation.
-                deadline = time.monotonic() + 20
-                while (await api.call("GET", "/api/v1/namespaces/default/pods/web-b"))[0] != 404:
-                    assert time.monotonic() < deadline, "web-b never evicted"
-                    await asyncio.sleep(0.05)
-                assert plan.counts["reset"] == 1
-                await asyncio.sleep(1.0)  # the watch shows the deletion to the controller
-                replacement = await api.create_pod(owned("web-c", "web"))
-                assert not held(replacement), notes(replacement)
-                assert notes(replacement)[NAMES.ticket_annotation]
-                assert NAMES.held_since_annotation in notes(replacement)  # the chain's first hold
-                still = await api.get_pod("api-a")
-                assert held(still), "another owner's pod took the evicted pod's place"
-        finally:
-            await runner.cleanup()
+            ) as controller,
+        ):
+            process = controller.process
+            api = Api(server, controller.session)
+            await asyncio.to_thread(process.wait_for_line, r"granting: ")
+            first = await api.create_pod(owned("web-a", "web"))
+            assert not held(first)
+            second = await api.create_pod(owned("web-b", "web"))
+            assert held(second)
+            other = await api.create_pod(owned("api-a", "api"))
+            assert held(other)
+            await api.make_ready("web-a")
+            # web-b is evicted (its answer lost), web's replacement comes against the reservation.
+            deadline = time.monotonic() + 20
+            while (await api.call("GET", "/api/v1/namespaces/default/pods/web-b"))[0] != 404:
+                assert time.monotonic() < deadline, "web-b never evicted"
+                await asyncio.sleep(0.05)
+            assert plan.counts["reset"] == 1
+            await asyncio.sleep(1.0)  # the watch shows the deletion to the controller
+            replacement = await api.create_pod(owned("web-c", "web"))
+            assert not held(replacement), notes(replacement)
+            assert notes(replacement)[NAMES.ticket_annotation]
+            assert NAMES.held_since_annotation in notes(replacement)  # the chain's first hold
+            still = await api.get_pod("api-a")
+            assert held(still), "another owner's pod took the evicted pod's place"
