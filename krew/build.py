@@ -1,0 +1,162 @@
+"""Build `kubectl stagger`'s krew archive and render its manifest: `make plugin` runs this.
+
+    python krew/build.py --out dist [--url URL]
+
+writes
+- dist/kubectl-stagger: the plugin as one executable PEX (https://docs.pex-tool.org) holding stagger and
+  every dependency, the official kubernetes client included (kubeconfigs with exec plugins, as EKS and GKE
+  write them, need it);
+- dist/kubectl-stagger.tar.gz: that and LICENSE, the archive krew installs;
+- dist/stagger.yaml: krew/stagger.yaml rendered with the version tag, the URL where the archive will be
+  published (--url; without it the archive's own file:// URL, which `kubectl krew install --archive` accepts
+  but a krew index does not) and the archive's sha256.
+
+The PEX holds only pure-Python wheels (`pip download --platform any`: aiohttp, multidict, yarl, frozenlist
+and propcache publish them), so one archive serves Linux and macOS on any CPU and any Python >= 3.11.
+PyYAML publishes none: it is built from its sdist without its C extension (PYYAML_FORCE_LIBYAML=0), which
+PyYAML supports (it falls back to its pure-Python parser), at the version this venv runs. The rest are the
+newest versions within pyproject's ranges that have pure wheels (the kubernetes client from 37 on needs
+pydantic-core, which has none, so pip picks the newest one before it). The archive's bytes depend only on
+its files: the same wheels give the same sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "krew" / "stagger.yaml"
+PEX_VERSION = "2.105.2"
+# The oldest Python the plugin supports (pyproject's requires-python); pip resolves pure wheels for it.
+PYTHON_FLOOR = "3.11"
+ARCHIVE = "kubectl-stagger.tar.gz"
+
+
+def render_manifest(template: str, *, tag: str, uri: str, sha256: str) -> str:
+    """The template's three fields filled in; a field left unfilled is an error, not a broken manifest."""
+    text = template
+    for field, value in ((".TagName", tag), (".URI", uri), (".Sha256", sha256)):
+        text = text.replace("{{ " + field + " }}", value)
+    if "{{" in text:
+        raise ValueError(
+            f"{TEMPLATE.name}: a field this script does not fill: {text[text.index('{{') :][:40]!r}"
+        )
+    return text
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run(args, check=True, env={**os.environ, **(env or {})})
+
+
+def _pip(*args: str, env: dict[str, str] | None = None) -> None:
+    _run(sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args, env=env)
+
+
+def _wheels(into: Path) -> None:
+    """Every wheel the plugin needs, pure Python only."""
+    _pip("wheel", "--no-deps", "-w", str(into), str(ROOT))
+    pyyaml = metadata.version("PyYAML")
+    _pip(
+        "wheel",
+        "--no-deps",
+        "--no-binary=pyyaml",
+        "-w",
+        str(into),
+        f"pyyaml=={pyyaml}",
+        env={"PYYAML_FORCE_LIBYAML": "0"},
+    )
+    _pip(
+        "download",
+        "-d",
+        str(into),
+        "--find-links",
+        str(into),
+        "--only-binary=:all:",
+        "--platform=any",
+        "--implementation=py",
+        "--abi=none",
+        f"--python-version={PYTHON_FLOOR}",
+        "stagger[kubeconfig]",
+    )
+    binary = [wheel.name for wheel in into.glob("*.whl") if not wheel.name.endswith("-none-any.whl")]
+    if binary:
+        raise SystemExit(f"build.py: not pure-Python wheels, the archive would serve one platform: {binary}")
+
+
+def _pex(wheels: Path, out: Path) -> None:
+    _pip("install", f"pex=={PEX_VERSION}")
+    _run(
+        sys.executable,
+        "-m",
+        "pex",
+        "--no-pypi",
+        "--find-links",
+        str(wheels),
+        "stagger[kubeconfig]",
+        "--console-script",
+        "kubectl-stagger",
+        # pex finds a python on the PATH that meets the constraint (python3.12, ...) when python3 does not.
+        "--python-shebang",
+        "/usr/bin/env python3",
+        "--interpreter-constraint",
+        f"CPython>={PYTHON_FLOOR}",
+        "--output-file",
+        str(out),
+    )
+
+
+def _archive(pex: Path, out: Path) -> bytes:
+    """A tar.gz whose bytes depend only on its files: no times, owners or gzip name."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, mode in ((pex, 0o755), (ROOT / "LICENSE", 0o644)):
+            info = tarfile.TarInfo(path.name)
+            info.size = path.stat().st_size
+            info.mode = mode
+            with path.open("rb") as data:
+                tar.addfile(info, data)
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    out.write_bytes(packed.getvalue())
+    return packed.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "dist", help="where the three files go (default: dist)"
+    )
+    parser.add_argument("--url", help="where the archive will be published (default: its file:// URL here)")
+    args = parser.parse_args(argv)
+    tag = "v" + metadata.version("stagger")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stagger-krew-") as scratch:
+        wheels = Path(scratch) / "wheels"
+        wheels.mkdir()
+        _wheels(wheels)
+        pex = args.out / "kubectl-stagger"
+        _pex(wheels, pex)
+    archive = _archive(pex, args.out / ARCHIVE)
+    sha256 = hashlib.sha256(archive).hexdigest()
+    uri = args.url or (args.out / ARCHIVE).resolve().as_uri()
+    manifest = render_manifest(TEMPLATE.read_text(), tag=tag, uri=uri, sha256=sha256)
+    (args.out / "stagger.yaml").write_text(manifest)
+    print(
+        f"build.py: {args.out / ARCHIVE} ({len(archive) / 2**20:.1f} MiB, sha256 {sha256}) and {args.out / 'stagger.yaml'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
