@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_NODE_POLICY",
+    "Dependency",
+    "DependencyKind",
     "ExponentialPacer",
     "Hold",
     "LinearPacer",
+    "LoadAvg",
     "MaxConcurrent",
     "MaxConcurrentPacer",
     "Mode",
@@ -68,11 +71,42 @@ class RateLimit:
 
 
 @dataclass(frozen=True)
+class LoadAvg:
+    """pod-pacemaker's `loadAvg` throttle: no grant while the 1-minute load average (divided by the cores
+    when `per_core`) is at or above `max_load`."""
+
+    max_load: float
+    per_core: bool = False
+    # Load a grant is assumed to add until the next sample (pod-pacemaker's `incrementBy`).
+    increment_by: float = 0.0
+
+
+@dataclass(frozen=True)
 class ThrottleConfig:
     cpu_max_load: float | None = None  # percent of all CPUs busy
     io_max_load: float | None = None  # percent IO pressure
     max_concurrent: MaxConcurrent | None = None
     rate_limit: RateLimit | None = None
+    # Percent of CPU busy / IO pressure a grant is assumed to add until the next load sample
+    # (pod-pacemaker's `cpu.incrementBy` and `io.incrementBy`): a burst of asks between two samples cannot
+    # all pass on one low reading.
+    cpu_increment_by: float = 0.0
+    io_increment_by: float = 0.0
+    load_avg: LoadAvg | None = None
+
+
+DependencyKind = Literal["http", "tcp"]
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """Something that must answer before lockd grants any slot on the node (pod-startup-lock's "additional
+    endpoint check"): `http`, a URL that must answer 2xx; `tcp`, a HOST:PORT that must accept."""
+
+    kind: DependencyKind
+    target: str
+    # How long one check may take before it counts as failed.
+    timeout: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,7 @@ class NodePolicy:
     unreachable_wait: float = 60.0
     # How many pods may wait in lockd's queue on this node; None: lockd's --max-queue.
     max_queue: int | None = None
+    dependencies: tuple[Dependency, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +214,10 @@ class StaggeringPolicy:
 class PolicyFile:
     staggering_policies: tuple[StaggeringPolicy, ...] = ()
     node_policies: tuple[NodePolicy, ...] = ()
+    # What the file says that was read with a meaning it does not spell exactly (a key in another case, as
+    # Go's decoder reads it; a PacemakerConfig's string numbers): one sentence each, for lockd and the
+    # controller to log once per load and `kubectl stagger check-policy` to print. Not part of the policy.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
 
 class PolicyError(ValueError):
