@@ -1,6 +1,7 @@
 """`check-policy FILE`: the policy file validated offline by the very code lockd and the controller load
 it with (`stagger.policy.load_policy_file`: size limit, UTF-8, YAML without duplicate keys or aliases,
-then the validator), so the messages are lockd's, word for word."""
+then the validator), so the messages are lockd's, word for word; a valid file's notes (keys read regardless
+of case, PacemakerConfigs read as node policies) are printed too, as lockd logs them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from stagger import policy
 
-__all__ = ["PolicyCheck", "check_policy_file", "summary"]
+__all__ = ["PolicyCheck", "check_policy_file", "note_lines", "summary"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,8 @@ class PolicyCheck:
     node_policies: int = 0
     staggering_policies: int = 0
     errors: tuple[str, ...] = ()
+    # What a valid file says in a spelling it does not write exactly (`PolicyFile.notes`), as lockd logs it.
+    notes: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -39,11 +42,17 @@ def check_policy_file(*, path: Path) -> PolicyCheck:
         source=source,
         node_policies=len(loaded.node_policies),
         staggering_policies=len(loaded.staggering_policies),
+        notes=loaded.notes,
     )
 
 
 def _policies(number: int, kind: str) -> str:
     return f"{number} {kind} polic{'y' if number == 1 else 'ies'}"
+
+
+def note_lines(check: PolicyCheck) -> list[str]:
+    """The lines printed on stderr for a valid file's notes (it still exits 0)."""
+    return [f"note: {note}" for note in check.notes]
 
 
 def summary(check: PolicyCheck) -> str:

@@ -3,7 +3,8 @@ when it changes, a new good text replaces the policy and every subscriber hears 
 emptied, oversized or unreadable file is reported (logged once per distinct problem, `last_error` for
 `/status`, the `failed` result for a metric) and the last good policy stays. The report clears as soon as
 the file reads well again. An unchanged file (by digest) is neither parsed nor logged again, and a bad
-text is not parsed again until it changes."""
+text is not parsed again until it changes. The notes of a file that loads (keys read regardless of case,
+PacemakerConfigs read as node policies) are logged once per load."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _log_notes(path: Path, loaded: policy.PolicyFile) -> None:
+    """What the file says in a spelling it does not write exactly (a key in another case, a PacemakerConfig):
+    once per load (a check of an unchanged file parses nothing), a warning so that the operator sees it."""
+    for note in loaded.notes:
+        logger.warning("policy file %s: %s", path, note)
+
+
 @dataclass
 class PolicyWatcher:
     path: Path | None  # None: no policy file; `policy_file` is then empty and never changes
@@ -64,6 +72,7 @@ class PolicyWatcher:
             return cls(path=None, policy_file=policy.PolicyFile(), absent=absent, loaded_at=time.time())
         text = policy.read_policy_text(path)
         parsed = policy.parse_policy_text(text, source=str(path))
+        _log_notes(path, parsed)
         return cls(path=path, policy_file=parsed, absent=absent, digest=_digest(text), loaded_at=time.time())
 
     def subscribe(self, subscriber: Subscriber) -> None:
@@ -106,6 +115,7 @@ class PolicyWatcher:
             len(parsed.staggering_policies),
             len(parsed.node_policies),
         )
+        _log_notes(self.path, parsed)
         for subscriber in self._subscribers:
             subscriber(parsed)
         return "reloaded"

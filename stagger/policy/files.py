@@ -1,21 +1,18 @@
-"""Reading a policy file: its text (size-limited, UTF-8), YAML with duplicate keys refused, then the
-validator."""
+"""Reading a policy file: its text (size-limited, UTF-8), its YAML documents with duplicate keys refused, then
+the validator of each document (`documents`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    # Imported when a grouping is compiled: lockd reads policy files too, and most never need JSONPath
-    # (about 1 MB of parser once imported).
-    pass
+from stagger.policy.documents import parse_policy_documents
 from stagger.policy.model import PolicyError, PolicyFile
-from stagger.policy.schema import got_text, parse_policy_file
+from stagger.policy.rules import got_text
 
 __all__ = ["MAX_POLICY_BYTES", "load_policy_file", "parse_policy_text", "read_policy_text"]
 
@@ -102,7 +99,8 @@ def load_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
 
 
 def parse_policy_text(text: str, *, source: str = "<policy>", allow_empty: bool = True) -> PolicyFile:
-    """Parse and validate a policy file's YAML text; raises PolicyError naming the source (and line).
+    """Parse and validate a policy file's YAML text, one document or several separated by `---`; raises
+    PolicyError naming the source (and line).
 
     With `allow_empty=False` a file with no document (empty, or only comments) is an error too: a reload
     must not turn a file emptied by mistake into "no policies"."""
@@ -112,7 +110,9 @@ def parse_policy_text(text: str, *, source: str = "<policy>", allow_empty: bool 
             source=source,
         )
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        # A SafeLoader subclass: no arbitrary objects. Read whole here, so that a YAML error of a later
+        # document is a PolicyError too.
+        documents = list(yaml.load_all(text, Loader=_UniqueKeyLoader))
     except RecursionError:
         # PyYAML composes nested collections recursively: a file of "[[[[..." ran out of stack, and the
         # RecursionError escaped as no PolicyError.
@@ -124,6 +124,6 @@ def parse_policy_text(text: str, *, source: str = "<policy>", allow_empty: bool 
         if context := getattr(error, "context", None):
             problem = f"{problem} ({context})"
         raise PolicyError([f"{where}: invalid YAML: {problem}"], source=source) from error
-    if data is None and not allow_empty:
+    if all(document is None for document in documents) and not allow_empty:
         raise PolicyError([f"{source}: the policy file is empty"], source=source)
-    return parse_policy_file(data, source=source)
+    return parse_policy_documents(documents, source=source)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from stagger.selectors import LabelSelector
 
@@ -107,6 +108,16 @@ class Dependency:
     target: str
     # How long one check may take before it counts as failed.
     timeout: float = 2.0
+
+    @property
+    def shown_target(self) -> str:
+        """The target as it may be shown (/status, reasons, logs): a URL without its user and password."""
+        if self.kind != "http":
+            return self.target
+        parts = urlsplit(self.target)
+        if "@" not in parts.netloc:
+            return self.target
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 @dataclass(frozen=True)
@@ -249,12 +260,20 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
     """The effective limits of `policy` on a node with `cores` CPUs, as JSON for /status."""
     throttle = policy.throttle
     rate = throttle.rate_limit
+    load_avg = throttle.load_avg
     return {
         "name": policy.name,
         "priority": policy.priority,
         "maxConcurrent": throttle.max_concurrent.limit(cores=cores) if throttle.max_concurrent else None,
         "cpuMaxLoad": throttle.cpu_max_load,
+        "cpuIncrementBy": throttle.cpu_increment_by,
         "ioMaxLoad": throttle.io_max_load,
+        "ioIncrementBy": throttle.io_increment_by,
+        "loadAvg": (
+            {"maxLoad": load_avg.max_load, "perCore": load_avg.per_core, "incrementBy": load_avg.increment_by}
+            if load_avg
+            else None
+        ),
         "rateLimit": {"burst": rate.burst, "fillFactorSeconds": rate.fill_factor} if rate else None,
         "holdTimeoutSeconds": policy.hold_timeout,
         "minHoldSeconds": policy.min_hold,
@@ -263,4 +282,8 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
         "waitForDaemonSets": policy.wait_for_daemonsets,
         "excludeNamespaces": list(policy.exclude_namespaces),
         "maxQueue": policy.max_queue,
+        "dependencies": [
+            {"kind": dependency.kind, "target": dependency.shown_target, "timeoutSeconds": dependency.timeout}
+            for dependency in policy.dependencies
+        ],
     }

@@ -2,7 +2,9 @@
 (`make chart-schema`; this test fails when they differ), so that `helm install/upgrade` refuses a policy with a
 misspelt key or a wrong kind of value, naming the field, before it reaches a node; and every policy the
 validator accepts (the chart's own file, the test policies) passes it. Each refused case is refused by lockd's
-validator too, with its own message."""
+validator too, with its own message. Keys match regardless of case in both (lockd reads them as Go's
+decoder does; the schema says each key as a case-insensitive RE2 pattern), and a misspelt key is refused in
+any case."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from stagger import policy
 from stagger.policy import PolicyError
 from tests.chart.helm import CHART, RenderError, render
 from tests.chart.schemagen import policies_schema
+from tests.tools import ROOT
 
 CHART_POLICIES = yaml.safe_load((CHART / "configs" / "_policies.yaml").read_text())
+STRAGGLER_EXAMPLE = yaml.safe_load((ROOT / "tests/policy/data/straggler-readme-example.yaml").read_text())
 GOOD_NODE = {"name": "default", "throttleConfig": {"maxConcurrent": {"perCore": 0.5}}}
 GOOD_GROUP = {
     "name": "web",
@@ -57,11 +61,17 @@ def _render(policies: dict[str, Any]) -> None:
                         "waitForDaemonSets": None,
                         "excludeNamespaces": ["kube-system"],
                         "throttleConfig": {
-                            "cpu": {"maxLoad": 80},
-                            "io": {"maxLoad": 12.5},
+                            "cpu": {"maxLoad": 80, "incrementBy": 5},
+                            "io": {"maxLoad": 12.5, "incrementBy": 0},
+                            "loadAvg": {"maxLoad": 1.5, "perCore": True, "incrementBy": 0.25},
                             "rateLimit": {"burst": 3, "fillFactor": "10s"},
                             "maxConcurrent": {"value": 2, "perCore": 1},
                         },
+                        "dependencies": [
+                            {"http": "https://registry.example:5000/v2/", "timeout": "1s"},
+                            {"tcp": "[fd00::1]:5432"},
+                            {"tcp": "db.example:5432", "timeout": 3},
+                        ],
                     }
                 ],
                 "staggeringPolicies": [
@@ -77,6 +87,22 @@ def _render(policies: dict[str, Any]) -> None:
             },
             id="every-key",
         ),
+        pytest.param(
+            {
+                "NodePolicies": [
+                    {
+                        "NAME": "default",
+                        "ThrottleConfig": {"MaxConcurrent": {"PerCore": 0.5}, "LoadAvg": {"maxload": 2}},
+                        "Dependencies": [{"HTTP": "http://x/", "Timeout": "1s"}],
+                    }
+                ],
+                "staggeringPolicies": [
+                    {**GOOD_GROUP, "BypassLabelSelector": {"canary": "1"}, "maxBloc\u212aedDuration": "1m"}
+                ],
+            },
+            id="keys-in-any-case",
+        ),
+        pytest.param(STRAGGLER_EXAMPLE, id="stragglers-readme-example"),
     ],
 )
 def test_what_the_validator_accepts_installs(policies: dict[str, Any]) -> None:
@@ -101,6 +127,55 @@ def group(**changes: Any) -> dict[str, Any]:
             "additional properties 'maxConcurent' not allowed",
             "did you mean 'maxConcurrent'?",
             id="misspelt-key",
+        ),
+        pytest.param(
+            {"nodePolicies": [{"name": "a", "ThrottleConfig": {"MaxConcurent": {"value": 1}}}]},
+            "/policies/nodePolicies/0/ThrottleConfig",
+            "additional properties 'MaxConcurent' not allowed",
+            "did you mean 'maxConcurrent'?",
+            id="misspelt-key-in-another-case",
+        ),
+        pytest.param(
+            {"nodePolicies": [{"throttleConfig": {}}]},
+            "/policies/nodePolicies/0",
+            "missing property 'name'",
+            "is required",
+            id="required-key-in-no-case",
+        ),
+        pytest.param(
+            node(Priority=1.5),
+            "/policies/nodePolicies/0/Priority",
+            "want null or integer",
+            "integer",
+            id="a-value-under-a-key-in-another-case",
+        ),
+        pytest.param(
+            node(dependencies=[{"timeout": "1s"}]),
+            "/policies/nodePolicies/0/dependencies/0",
+            "oneOf",
+            "exactly one of http or tcp",
+            id="dependency-without-a-target",
+        ),
+        pytest.param(
+            node(dependencies=[{"http": "ftp://x/"}]),
+            "/policies/nodePolicies/0/dependencies/0/http",
+            "does not match pattern",
+            "http or https URL",
+            id="dependency-url",
+        ),
+        pytest.param(
+            node(throttleConfig={"loadAvg": {"perCore": True}}),
+            "/policies/nodePolicies/0/throttleConfig/loadAvg",
+            "missing property 'maxLoad'",
+            "is required",
+            id="load-avg-max-load",
+        ),
+        pytest.param(
+            node(throttleConfig={"cpu": {"maxLoad": 1, "incrementBy": 101}}),
+            "/policies/nodePolicies/0/throttleConfig/cpu/incrementBy",
+            "maximum",
+            "at most 100",
+            id="increment-over-100",
         ),
         pytest.param(
             {"nodePolicy": [GOOD_NODE]},

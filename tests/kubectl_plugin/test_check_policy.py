@@ -1,6 +1,7 @@
 """`kubectl stagger check-policy FILE`, run as the installed console script (`kubectl-stagger`): the
 chart's policy file is valid (exit 0, one summary line), and a broken one gets exactly the messages lockd
-would log for it (`stagger.policy.load_policy_file`), every one on stderr, exit 1."""
+would log for it (`stagger.policy.load_policy_file`), every one on stderr, exit 1; a valid file's notes
+(keys read regardless of case, PacemakerConfigs) are on stderr as `note: ...`, and it still exits 0."""
 
 from __future__ import annotations
 
@@ -76,6 +77,22 @@ def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     assert (
         done.stderr == f"{tmp_path / 'nope.yaml'}: cannot read the policy file: No such file or directory\n"
     )
+
+
+def test_a_valid_file_s_notes_are_on_stderr_and_it_exits_0(tmp_path: Path) -> None:
+    path = tmp_path / "policies.yaml"
+    path.write_text(
+        "NodePolicies:\n- name: a\n---\n"
+        "apiVersion: woehrl.net/v1alpha\nkind: PacemakerConfig\nmetadata: {name: b}\nspec: {priority: 1}\n"
+    )
+    done = check(path)
+    assert done.returncode == 0
+    assert done.stdout == f"{path}: valid: 2 node policies, 0 staggering policies\n"
+    assert done.stderr.splitlines() == [f"note: {note}" for note in policy.load_policy_file(path).notes]
+    assert done.stderr.splitlines() == [
+        "note: documents[0].NodePolicies: read as nodePolicies (keys match regardless of case, as Go's decoder does)",
+        'note: documents[1] (PacemakerConfig "b"): read as node policy "b"',
+    ]
 
 
 def test_help_lists_the_exit_codes() -> None:

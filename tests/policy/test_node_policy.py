@@ -1,5 +1,5 @@
 """Node policies: MaxConcurrent.limit, which policy a node gets (priority, ties), the built-in default,
-and the effective limits reported on /status."""
+and the effective limits reported on /status (the load average, the increments and the dependencies too)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 
 from stagger.policy import (
     DEFAULT_NODE_POLICY,
+    Dependency,
+    LoadAvg,
     MaxConcurrent,
     NodePolicy,
     RateLimit,
@@ -100,12 +102,20 @@ def test_describe_node_policy() -> None:
                 io_max_load=20,
                 max_concurrent=MaxConcurrent(per_core=0.5),
                 rate_limit=RateLimit(burst=2, fill_factor=2.0),
+                cpu_increment_by=10,
+                io_increment_by=5,
+                load_avg=LoadAvg(max_load=1.5, per_core=True, increment_by=0.25),
             ),
             hold_timeout=300,
             min_hold=1.5,
             count_all_starting=True,
             wait_for_daemonsets=True,
             max_wait=600,
+            dependencies=(
+                Dependency(kind="http", target="http://registry.local:5000/v2/"),
+                Dependency(kind="tcp", target="[fd00::1]:5432", timeout=0.5),
+                Dependency(kind="http", target="https://reader:s3cret@vault.example:8200/v1/sys/health"),
+            ),
         ),
         cores=6,
     )
@@ -114,7 +124,10 @@ def test_describe_node_policy() -> None:
         "priority": 2,
         "maxConcurrent": 3,
         "cpuMaxLoad": 80,
+        "cpuIncrementBy": 10,
         "ioMaxLoad": 20,
+        "ioIncrementBy": 5,
+        "loadAvg": {"maxLoad": 1.5, "perCore": True, "incrementBy": 0.25},
         "rateLimit": {"burst": 2, "fillFactorSeconds": 2.0},
         "holdTimeoutSeconds": 300,
         "minHoldSeconds": 1.5,
@@ -123,6 +136,12 @@ def test_describe_node_policy() -> None:
         "countAllStarting": True,
         "waitForDaemonSets": True,
         "excludeNamespaces": ["kube-system"],
+        "dependencies": [
+            {"kind": "http", "target": "http://registry.local:5000/v2/", "timeoutSeconds": 2.0},
+            {"kind": "tcp", "target": "[fd00::1]:5432", "timeoutSeconds": 0.5},
+            # A URL's user and password are not shown: /status is read by people and tools.
+            {"kind": "http", "target": "https://vault.example:8200/v1/sys/health", "timeoutSeconds": 2.0},
+        ],
     }
     assert json.loads(json.dumps(described)) == described
 
@@ -130,3 +149,4 @@ def test_describe_node_policy() -> None:
 def test_describe_without_throttles() -> None:
     described = describe_node_policy(NodePolicy(name="open"), cores=4)
     assert (described["maxConcurrent"], described["cpuMaxLoad"], described["rateLimit"]) == (None, None, None)
+    assert (described["loadAvg"], described["cpuIncrementBy"], described["dependencies"]) == (None, 0.0, [])

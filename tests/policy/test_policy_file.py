@@ -263,7 +263,7 @@ T = "nodePolicies[0].throttleConfig"
         pytest.param(
             {"nodePolicies": ["n"]},
             "nodePolicies[0]: must be a mapping with keys name, nodeSelector, priority, throttleConfig, "
-            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue (got 'n')",
+            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue, dependencies (got 'n')",
             id="mapping-expected",
         ),
         pytest.param(
@@ -445,7 +445,7 @@ T = "nodePolicies[0].throttleConfig"
         ),
         pytest.param(
             throttle(cpu=80),
-            f"{T}.cpu: must be a mapping with keys maxLoad (got 80)",
+            f"{T}.cpu: must be a mapping with keys maxLoad, incrementBy (got 80)",
             id="load-not-mapping",
         ),
         pytest.param(
@@ -598,13 +598,8 @@ def test_all_errors_reported_at_once() -> None:
             id="duplicate-yaml-key",
         ),
         pytest.param(
-            "nodePolicies: []\n---\nnodePolicies: []\n",
-            "{path}:2:1: invalid YAML: but found another document (expected a single document in the stream)",
-            id="two-documents",
-        ),
-        pytest.param(
             "- 1\n",
-            "{path}: must be a mapping with staggeringPolicies and/or nodePolicies (got [1])",
+            "{path}: must be a mapping with staggeringPolicies and/or nodePolicies, or a PacemakerConfig (got [1])",
             id="list",
         ),
     ],
