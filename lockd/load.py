@@ -2,10 +2,12 @@
 
 Sources, in order of preference:
 - a load file (`--load-file`, a testing aid: the simulated cluster writes each node's modelled load
-  there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0}`),
-- the CPU times in `/proc/stat` for CPU, and Linux pressure stall information (`/proc/pressure/io`, "some
-  avg10") for IO where the kernel has it, else the iowait share of CPU time. Both are read under
-  `--proc-root` (default /proc): a
+  there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0, "load1": 1.5}`; every key is optional, and a
+  missing or null one is a number the source cannot tell: `load1`, the 1-minute load average for the
+  loadAvg throttle, came later and older writers leave it out),
+- the CPU times in `/proc/stat` for CPU, Linux pressure stall information (`/proc/pressure/io`, "some
+  avg10") for IO where the kernel has it, else the iowait share of CPU time, and the 1-minute load
+  average, the first field of `/proc/loadavg`. All are read under `--proc-root` (default /proc): a
   container's own /proc already shows the whole node's CPU and PSI on standard runtimes, but not where
   /proc is virtualised (lxcfs, sandboxed runtimes); there the host's /proc is mounted and named instead.
 
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,10 +32,24 @@ from stagger.throttles import LoadSample
 logger = logging.getLogger(__name__)
 
 PROC_ROOT = Path("/proc")
+# How often /proc/loadavg is read: the kernel recomputes it every 5 s (LOAD_FREQ), and pod-pacemaker reads
+# it as often. Reading it at every sample would make each second a fresh reading, ending the load assumed
+# for the grants since (incrementBy) four times out of five on a number that had not changed.
+LOADAVG_SECONDS = 5.0
 
 
 class LoadReader(Protocol):
     def read(self) -> LoadSample: ...
+
+
+def parse_loadavg(text: str) -> float | None:
+    """`0.52 0.58 0.59 1/389 12345` -> 0.52, the 1-minute load average; None when it is not a number."""
+    fields = text.split(maxsplit=1)
+    try:
+        value = float(fields[0]) if fields else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def parse_psi_some_avg10(text: str) -> float | None:
@@ -94,17 +113,22 @@ def cpu_shares(before: CpuTimes, after: CpuTimes) -> tuple[float, float | None] 
 
 
 class SystemLoad:
-    """CPU busy share since the previous read (from `<proc_root>/stat`), and IO pressure (PSI) or the
-    iowait share."""
+    """CPU busy share since the previous read (from `<proc_root>/stat`), IO pressure (PSI) or the iowait
+    share, and the 1-minute load average (`<proc_root>/loadavg`, read every LOADAVG_SECONDS)."""
 
-    def __init__(self, *, proc_root: Path = PROC_ROOT) -> None:
+    def __init__(self, *, proc_root: Path = PROC_ROOT, clock: Callable[[], float] = time.monotonic) -> None:
         self._stat_path = proc_root / "stat"
         self._psi_path = proc_root / "pressure" / "io"
+        self._loadavg_path = proc_root / "loadavg"
+        self._clock = clock
         self._warned = False
+        self._loadavg_warned = False
         # Shares are measured between reads: this first reading is the start of the first interval.
         self._last = self._times()
         self._cpu: float | None = None
         self._iowait: float | None = None
+        self._load1: float | None = None
+        self._load1_at: float | None = None
 
     def _times(self) -> CpuTimes | None:
         try:
@@ -120,38 +144,70 @@ class SystemLoad:
         self._warned = times is None
         return times
 
+    def _read_load1(self) -> float | None:
+        try:
+            load1 = parse_loadavg(self._loadavg_path.read_text())
+            problem = "not a load average"
+        except OSError as err:
+            load1, problem = None, str(err)
+        if load1 is None and not self._loadavg_warned:
+            logger.warning(
+                "cannot read the load average from %s (%s); loadAvg does not hold pods until it can",
+                self._loadavg_path,
+                problem,
+            )
+        self._loadavg_warned = load1 is None
+        return load1
+
     def read(self) -> LoadSample:
+        taken_at = self._clock()
         now = self._times()
         if now is not None and self._last is not None:
             shares = cpu_shares(self._last, now)
             if shares is not None:
                 self._cpu, self._iowait = shares
         self._last = now if now is not None else self._last
+        if self._load1_at is None or taken_at - self._load1_at >= LOADAVG_SECONDS:
+            self._load1, self._load1_at = self._read_load1(), taken_at
         try:
             psi = parse_psi_some_avg10(self._psi_path.read_text())
         except OSError:
             psi = None
-        if psi is not None:
-            return LoadSample(cpu_percent=self._cpu, io_percent=psi, source="stat+psi")
-        return LoadSample(cpu_percent=self._cpu, io_percent=self._iowait, source="stat+iowait")
+        return LoadSample(
+            cpu_percent=self._cpu,
+            io_percent=self._iowait if psi is None else psi,
+            source="stat+iowait" if psi is None else "stat+psi",
+            load1=self._load1,
+            taken_at=taken_at,
+            load1_taken_at=self._load1_at,
+        )
 
 
 class FileLoad:
-    """Reads `{"cpuPercent": x, "ioPercent": y}` from a file each time. A testing aid, see module doc."""
+    """Reads `{"cpuPercent": x, "ioPercent": y, "load1": z}` from a file each time. A testing aid, see
+    module doc. Each read is a fresh reading of every number in it (the file's writer is the measurement),
+    so it ends the load assumed for the grants since, as a new sample of the machine does."""
 
-    def __init__(self, *, path: Path) -> None:
+    def __init__(self, *, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self._path = path
+        self._clock = clock
         self._warned = False
 
     def read(self) -> LoadSample:
         source = f"file:{self._path}"
+        taken_at = self._clock()
         try:
             data = json.loads(self._path.read_text() or "{}")
-            cpu, io = data.get("cpuPercent"), data.get("ioPercent")
+            cpu, io, load1 = data.get("cpuPercent"), data.get("ioPercent"), data.get("load1")
+            if load1 is not None and not (math.isfinite(float(load1)) and float(load1) >= 0):
+                raise ValueError(f"load1 {load1!r} is not a load average")
             sample = LoadSample(
                 cpu_percent=None if cpu is None else float(cpu),
                 io_percent=None if io is None else float(io),
                 source=source,
+                load1=None if load1 is None else float(load1),
+                taken_at=taken_at,
+                load1_taken_at=taken_at,
             )
         except (OSError, ValueError, TypeError, AttributeError) as err:
             # A file being rewritten or not yet written: no reading, which no load throttle acts on.
@@ -160,6 +216,8 @@ class FileLoad:
                     "cannot read load file %s (%s); treating load as unknown until it can", self._path, err
                 )
                 self._warned = True
-            return LoadSample(cpu_percent=None, io_percent=None, source=source)
+            return LoadSample(
+                cpu_percent=None, io_percent=None, source=source, taken_at=taken_at, load1_taken_at=taken_at
+            )
         self._warned = False
         return sample

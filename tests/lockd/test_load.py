@@ -1,7 +1,8 @@
 """Where lockd reads the node's load: `--proc-root` (STAGGER_PROC_ROOT, default /proc) is parsed like every
 other option, and `SystemLoad` takes CPU from `<root>/stat` and IO pressure from `<root>/pressure/io` there,
-falling back to the iowait share when that file is missing; the /proc/stat arithmetic (`parse_proc_stat`,
-`cpu_shares`) on its own, against the machine's real /proc/stat too."""
+falling back to the iowait share when that file is missing, and the 1-minute load average from
+`<root>/loadavg` every 5 s; the /proc/stat arithmetic (`parse_proc_stat`, `cpu_shares`) on its own, against
+the machine's real /proc/stat too; and the load file (`FileLoad`) with and without its `load1`."""
 
 from __future__ import annotations
 
@@ -130,3 +131,95 @@ def test_shares_are_percentages(
     assert 0.0 <= busy <= 100.0 and 0.0 <= io <= 100.0
     assert busy + io <= 100.0 + 1e-9
     assert busy == pytest.approx(100.0 * d_user / (d_user + d_idle + d_iowait))
+
+
+# --- the 1-minute load average (loadAvg) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("0.52 0.58 0.59 1/389 12345\n", 0.52, id="first-field"),
+        pytest.param("12.00 8.00 4.00 9/1024 77\n", 12.0, id="busy"),
+        pytest.param("0.00 0.00 0.00 1/50 1\n", 0.0, id="idle"),
+        pytest.param("", None, id="empty"),
+        pytest.param("busy 0.5 0.5\n", None, id="not-a-number"),
+        pytest.param("nan 1 1 1/1 1\n", None, id="nan"),
+        pytest.param("-1.0 1 1 1/1 1\n", None, id="negative"),
+    ],
+)
+def test_parse_loadavg(text: str, expected: float | None) -> None:
+    assert load.parse_loadavg(text) == expected
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_load_average_comes_from_loadavg_under_the_proc_root_every_five_seconds(proc_root: Path) -> None:
+    (proc_root / "loadavg").write_text("1.60 1.20 0.90 2/300 4242\n")
+    clock = Clock()
+    reader = load.SystemLoad(proc_root=proc_root, clock=clock)
+    first = reader.read()
+    assert (first.load1, first.load1_taken_at, first.taken_at) == (1.6, 1000.0, 1000.0)
+    # The kernel recomputes it every 5 s: a sample in between carries the same reading, at its old time,
+    # so the load a loadAvg throttle assumes for the grants since lasts until a fresh one.
+    (proc_root / "loadavg").write_text("3.10 1.30 0.90 2/300 4242\n")
+    clock.now += 1.0
+    second = reader.read()
+    assert (second.load1, second.load1_taken_at, second.taken_at) == (1.6, 1000.0, 1001.0)
+    clock.now += 4.0
+    third = reader.read()
+    assert (third.load1, third.load1_taken_at) == (3.1, 1005.0)
+
+
+def test_an_unreadable_loadavg_is_unknown_and_warned_once(
+    proc_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="lockd.load")
+    clock = Clock()
+    reader = load.SystemLoad(proc_root=proc_root, clock=clock)  # the fake /proc has no loadavg
+    first = reader.read()
+    clock.now += 5.0
+    second = reader.read()
+    assert (first.load1, second.load1) == (None, None)
+    assert len([r for r in caplog.records if "load average" in r.getMessage()]) == 1
+    (proc_root / "loadavg").write_text("0.25 0.20 0.10 1/90 7\n")
+    clock.now += 5.0
+    assert reader.read().load1 == 0.25
+
+
+def test_the_real_proc_loadavg_is_a_load_average() -> None:
+    assert load.parse_loadavg(Path("/proc/loadavg").read_text()) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "cpu", "io", "load1"),
+    [
+        pytest.param('{"cpuPercent": 40.0, "ioPercent": 5.0}', 40.0, 5.0, None, id="the-older-format"),
+        pytest.param('{"cpuPercent": 40, "ioPercent": 5, "load1": 1.5}', 40.0, 5.0, 1.5, id="with-load1"),
+        pytest.param('{"load1": 2}', None, None, 2.0, id="load1-alone"),
+        pytest.param('{"cpuPercent": 40, "load1": null}', 40.0, None, None, id="null-is-unknown"),
+        pytest.param(
+            '{"cpuPercent": 40, "load1": -2}', None, None, None, id="a-negative-load1-is-no-reading"
+        ),
+        pytest.param('{"cpuPercent": 40, "load1": "high"}', None, None, None, id="a-word-is-no-reading"),
+    ],
+)
+def test_the_load_file_may_carry_the_load_average(
+    tmp_path: Path, text: str, cpu: float | None, io: float | None, load1: float | None
+) -> None:
+    path = tmp_path / "load.json"
+    path.write_text(text)
+    clock = Clock()
+    reader = load.FileLoad(path=path, clock=clock)
+    sample = reader.read()
+    assert (sample.cpu_percent, sample.io_percent, sample.load1) == (cpu, io, load1)
+    # Each read of the file is a fresh reading of all its numbers.
+    clock.now += 0.5
+    again = reader.read()
+    assert (again.taken_at, again.load1_taken_at) == (1000.5, 1000.5)
