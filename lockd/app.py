@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 
 from lockd import asking, ledger, load, params, status
@@ -22,6 +23,8 @@ from lockd import metrics as metrics_text
 from lockd.appstate import (
     BODIES,
     CLUSTER,
+    DEPENDENCIES,
+    HTTP,
     LOAD,
     METRICS,
     POLICY,
@@ -31,8 +34,10 @@ from lockd.appstate import (
     SETTINGS,
     EncodedBodies,
     LoadCache,
+    Outbound,
     view_of,
 )
+from lockd.dependencies import DependencyChecks, dependency_status
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
 from lockd.service import LeftQueue, Refused
@@ -63,11 +68,14 @@ def policy_file_of(watcher: PolicyWatcher) -> policy.PolicyFile | None:
 
 def choose_policy(app: web.Application) -> None:
     watcher = app[POLICY]
-    app[SERVICE].apply_policy(
+    service = app[SERVICE]
+    service.apply_policy(
         choose_node_policy(
             policy_file=policy_file_of(watcher), source=watcher.source, node_labels=node_labels(app)
         )
     )
+    # A policy with other dependencies has them checked at once (until then they hold every grant).
+    app[DEPENDENCIES].want(service.node_policy.dependencies)
 
 
 # --- handlers -----------------------------------------------------------------------------------------
@@ -190,11 +198,15 @@ async def show_status(request: web.Request) -> web.Response:
         cores=service.cores,
         book=service.ledger,
         sample=app[LOAD].get(),
+        readings=service.throttle.load_readings(),
         counters=service.counters,
         now=service.clock(),
         limit=limit,
         reason=service.current_reason,
         details=_pod_details(view) if view is not None else None,
+        dependencies=dependency_status(
+            service.node_policy.dependencies, app[DEPENDENCIES].get(), now=service.clock()
+        ),
     )
     if watcher.last_error:
         doc["policy"]["lastReloadError"] = watcher.last_error
@@ -240,17 +252,20 @@ async def metrics_handler(request: web.Request) -> web.Response:
 def publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
     m.cpu_load.set(None if sample.cpu_percent is None else sample.cpu_percent / 100)
     m.io_load.set(None if sample.io_percent is None else sample.io_percent / 100)
+    m.load1.set(sample.load1)
 
 
 async def _sample_load(app: web.Application) -> None:
     settings, cache, reader, m = app[SETTINGS], app[LOAD], app[READER], app[METRICS]
     while True:
         sample = await asyncio.to_thread(reader.read) if settings.node.load_file else reader.read()
-        changed = sample != cache.sample
+        service = app[SERVICE]
+        # New numbers, or a fresh reading that ends load assumed for the grants since (incrementBy).
+        changed = sample != cache.sample or service.throttle.resets_assumed(sample)
         cache.sample = sample
         publish_load(m, sample)
         if changed:
-            app[SERVICE].load_changed()
+            service.load_changed()
         await asyncio.sleep(settings.node.sample_interval)
 
 
@@ -284,6 +299,23 @@ async def _watch_policy(app: web.Application) -> None:
             logger.exception("checking the policy file %s failed", settings.policy.policies)
 
 
+async def _check_dependencies(app: web.Application) -> None:
+    """The node policy's dependencies, checked in the background (`lockd.dependencies`); one coming up or
+    going down wakes the waiting long polls, as a load sample does."""
+    checks, service = app[DEPENDENCIES], app[SERVICE]
+    checks.want(service.node_policy.dependencies)
+    await checks.run(session=app[HTTP].get(), on_change=service.wake_next)
+
+
+async def _http_session(app: web.Application) -> AsyncIterator[None]:
+    """The app's one ClientSession (`Outbound`), first in and last out of the app's contexts. It keeps no
+    cookies: none of lockd's peers uses them, and a dependency's must not change its next check."""
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
+        app[HTTP].session = session
+        yield
+        app[HTTP].session = None
+
+
 def _background(
     name: str, run: Callable[[web.Application], Coroutine[Any, Any, None]]
 ) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -312,9 +344,10 @@ def make_app(
     reader: load.LoadReader,
     metrics: Metrics,
 ) -> web.Application:
-    """The app: its state under typed keys, the routes and the background tasks (load sampler, slot
-    expiry, policy reload). `lockd.daemon.make_app` builds the parts, and the service (`SERVICE`) with
-    its own: standalone at once, in cluster mode when the app starts (`lockd.clustermode`)."""
+    """The app: its state under typed keys, the routes, its HTTP session and the background tasks (load
+    sampler, slot expiry, policy reload, dependency checks). `lockd.daemon.make_app` builds the parts,
+    and the service (`SERVICE`) with its own: standalone at once, in cluster mode when the app starts
+    (`lockd.clustermode`)."""
     app = web.Application(
         client_max_size=settings.server.max_body,
         middlewares=[serving.json_errors(max_body=settings.server.max_body, read_first=True)],
@@ -327,6 +360,8 @@ def make_app(
     app[READER] = reader
     app[QUERIES] = params.LockQueries(max_wait=settings.queue.max_long_poll)
     app[BODIES] = EncodedBodies()
+    app[HTTP] = Outbound()
+    app[DEPENDENCIES] = DependencyChecks(interval=settings.node.dependency_interval, metrics=metrics)
     app.router.add_route("GET", LOCK_PATH, lock)
     app.router.add_route("POST", LOCK_PATH, lock)
     app.router.add_route("DELETE", LOCK_PATH, unlock)
@@ -335,10 +370,12 @@ def make_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    app.cleanup_ctx.append(_http_session)  # first: cluster mode's context comes next (lockd.clustermode)
     app.cleanup_ctx.append(_background("load-sampler", _sample_load))
     app.cleanup_ctx.append(_background("slot-expiry", _expire_slots))
     if settings.policy.policies is not None:
         app.cleanup_ctx.append(_background("policy-reload", _watch_policy))
+    app.cleanup_ctx.append(_background("dependency-checks", _check_dependencies))
     app.on_shutdown.append(_close_service)
     return app
 

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import aiohttp
 from aiohttp import web
 
 from lockd import load, params, podtoken
+from lockd.dependencies import DependencyChecks
 from lockd.metrics import Metrics
 from lockd.service import LockService
 from lockd.settings import Settings
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BODIES",
     "CLUSTER",
+    "DEPENDENCIES",
+    "HTTP",
     "LOAD",
     "METRICS",
     "POLICY",
@@ -36,6 +40,7 @@ __all__ = [
     "ClusterState",
     "EncodedBodies",
     "LoadCache",
+    "Outbound",
     "view_of",
 ]
 
@@ -48,6 +53,19 @@ class LoadCache:
 
     def get(self) -> throttles.LoadSample:
         return self.sample
+
+
+@dataclass
+class Outbound:
+    """The app's one aiohttp ClientSession for lockd's own requests: dependency checks, and in cluster mode
+    the API server and the controller. Opened when the app starts, before anything that uses it, and
+    closed last (`lockd.app`)."""
+
+    session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        assert self.session is not None, "the app's HTTP session is opened when the app starts"
+        return self.session
 
 
 @dataclass
@@ -88,6 +106,8 @@ READER = web.AppKey("load_reader", load.LoadReader)
 CLUSTER = web.AppKey("cluster", ClusterState)
 QUERIES = web.AppKey("lock_queries", params.LockQueries)
 BODIES = web.AppKey("encoded_bodies", EncodedBodies)
+HTTP = web.AppKey("http", Outbound)
+DEPENDENCIES = web.AppKey("dependencies", DependencyChecks)
 
 
 def view_of(app: web.Application) -> cluster.NodeView | None:

@@ -1,4 +1,5 @@
-"""lockd in a cluster: one list+watch of the pods on this node and one of its Node object, and what
+"""lockd in a cluster: one list+watch of the pods on this node and one of its Node object (and, while
+the node's policy waits for DaemonSets, one of the cluster's DaemonSets: `lockd.daemonsetwatch`), and what
 follows from them — identity checks, slot ends, held slots rebuilt after a restart, the node policy
 chosen by the node's labels, grants recorded on the pod, group pacing, and Events.
 
@@ -20,7 +21,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from lockd import ledger, pods
+from lockd import daemonsetwatch, ledger, pods
 from lockd.groups import GroupClient, GroupWatch
 from lockd.service import LockService
 from stagger import events, policy, throttles
@@ -103,7 +104,7 @@ def _lean_metadata(metadata: Any) -> Any:
 _POD_SPEC_READ: Final = ("nodeName", "hostNetwork")
 _POD_STATUS_READ: Final = ("phase", "podIP", "conditions", "initContainerStatuses", "containerStatuses")
 _CONDITION_READ: Final = ("type", "status", "lastTransitionTime")
-_CONTAINER_STATUS_READ: Final = ("name", "ready", "state")
+_CONTAINER_STATUS_READ: Final = ("name", "ready", "state", "restartCount")
 
 
 def _pick(obj: Any, keys: tuple[str, ...]) -> Any:
@@ -136,11 +137,16 @@ def lean_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def lean_node(node: dict[str, Any]) -> dict[str, Any]:
-    """The Node as lockd keeps it: its metadata (the labels choose the node policy). Its status (images,
-    conditions, addresses: tens of KB on a real node) is never read."""
-    return {key: node[key] for key in ("apiVersion", "kind") if key in node} | {
+    """The Node as lockd keeps it: its metadata (the labels choose the node policy, and with the name
+    decide which DaemonSets should run here) and its taints (which DaemonSets tolerate them). Its status
+    (images, conditions, addresses: tens of KB on a real node) is never read."""
+    lean = {key: node[key] for key in ("apiVersion", "kind") if key in node} | {
         "metadata": _lean_metadata(node.get("metadata") or {})
     }
+    spec = node.get("spec")
+    if isinstance(spec, dict) and "taints" in spec:
+        lean["spec"] = {"taints": spec["taints"]}
+    return lean
 
 
 class NodeView:
@@ -155,6 +161,7 @@ class NodeView:
         own_pod: tuple[str, str] | None,
         informer_settings: InformerSettings,
         identity: IdentitySettings | None = None,
+        daemonset_wait: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
@@ -174,6 +181,17 @@ class NodeView:
             field_selector=f"metadata.name={node}",
             transform=lean_node,
         )
+        # The cluster's DaemonSets, watched only while the node's policy waits for them (`want_daemonsets`).
+        self.daemonsets = daemonsetwatch.DaemonSetWatch(
+            client=client,
+            settings=informer_settings,
+            node=lambda: self.nodes.get(node),
+            pods=self.pods.objects,
+            own_pod=own_pod,
+            bound=daemonset_wait,
+            clock=clock,
+        )
+        self.nodes.add_handler(lambda kind, obj: self.daemonsets.changed())
         self._client = client
         self._identity = identity or IdentitySettings()
         self._clock = clock
@@ -315,21 +333,24 @@ class NodeView:
                 arrival.event.set()
 
     # NodeState
-    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
-        return len(
-            pods.other_starting(
-                self.pods.objects(),
-                names=self.names,
-                exclude_namespaces=node_policy.exclude_namespaces,
-                holders=holders,
-            )
+    def starting_elsewhere(
+        self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]
+    ) -> list[pods.OtherStarting]:
+        return pods.other_starting(
+            self.pods.objects(),
+            names=self.names,
+            exclude_namespaces=node_policy.exclude_namespaces,
+            holders=holders,
         )
 
     def daemonsets_waiting(self) -> list[str]:
-        return pods.daemonsets_not_ready(self.pods.objects(), own_pod=self.own_pod)
+        return self.daemonsets.waiting()
+
+    def want_daemonsets(self, wanted: bool) -> None:
+        self.daemonsets.want(wanted)
 
     async def run(self) -> None:
-        await asyncio.gather(self.pods.run(), self.nodes.run())
+        await asyncio.gather(self.pods.run(), self.nodes.run(), self.daemonsets.run())
 
     async def wait_synced(self) -> None:
         await asyncio.gather(self.pods.synced.wait(), self.nodes.synced.wait())

@@ -8,6 +8,7 @@ first grant."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from lockd import cluster, groups, heap, pods, podtoken
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
-from lockd.appstate import CLUSTER, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
+from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.nodepolicy import choose_node_policy
 from lockd.parts import Silent
 from lockd.service import LockService, build_service
@@ -35,10 +36,11 @@ logger = logging.getLogger(__name__)
 
 def install(app: web.Application, *, cores: int) -> None:
     """Raises `kube.ConfigError` when there is no way to reach the API server. The service is built when
-    the app starts, before anything that uses it (its context runs first)."""
+    the app starts, before anything that uses it (its context runs right after the app's HTTP session,
+    the first)."""
     settings = app[SETTINGS]
     app[CLUSTER] = ClusterState(config=kube.load_config(kubeconfig=settings.cluster.kubeconfig))
-    app.cleanup_ctx.insert(0, functools.partial(_running, cores=cores))
+    app.cleanup_ctx.insert(1, functools.partial(_running, cores=cores))
 
 
 def _group_parts(
@@ -87,6 +89,7 @@ async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> N
     await view.wait_synced()
     service.restore(pods.slots_to_rebuild(view.pods.objects(), names=names))
     choose_policy(app)
+    view.want_daemonsets(service.node_policy.wait_for_daemonsets)
     service.ready = True
     heap.trim()  # the first list's decoded pods are garbage now
     logger.info(
@@ -97,10 +100,28 @@ async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> N
     )
 
 
+def _follow_daemonsets(app: web.Application, view: cluster.NodeView) -> None:
+    """The cluster's DaemonSets are watched while the node's policy waits for them, and only then: the
+    policy is followed wherever it changes (a Node relabel, a policy reload; `_sync` at start). Its changes
+    wake the queue; a wait given up at `--daemonset-wait` is counted."""
+    service, metrics = app[SERVICE], app[METRICS]
+    view.daemonsets.on_change = service.wake_next
+    view.daemonsets.on_expired = lambda item: metrics.daemonset_waits_given_up.labels(why=item.why).inc()
+
+    def follow(*_: object) -> None:
+        view.want_daemonsets(app[SERVICE].node_policy.wait_for_daemonsets)
+
+    follow()
+    # After the subscriber and handler that choose the policy (they came first).
+    view.nodes.add_handler(follow)
+    app[POLICY].subscribe(follow)
+
+
 async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
     settings, state = app[SETTINGS], app[CLUSTER]
     names = Names(settings.cluster.prefix)
-    async with aiohttp.ClientSession() as session:
+    # The app's one session (lockd.app opens and closes it), shared with the dependency checks.
+    async with contextlib.nullcontext(app[HTTP].get()) as session:
         client = kube.RestClient(session=session, config=state.config)
         view = cluster.NodeView(
             client=client,
@@ -108,6 +129,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             names=names,
             own_pod=settings.cluster.own_pod,
             informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
+            daemonset_wait=settings.cluster.daemonset_wait,
         )
         group_client, group_watch = _group_parts(settings, session=session, service=lambda: app[SERVICE])
         state.view, state.group_watch = view, group_watch
@@ -115,7 +137,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             client=client, settings=settings.tokens, clock=time.monotonic, wall=time.time
         )
         recorder = events.EventRecorder(client=client) if settings.cluster.events else None
-        # The service with its parts, which need the session (made here, in the running loop, as aiohttp
+        # The service with its parts, which need the session (opened in the running loop, as aiohttp
         # asks); its node policy chosen by the labels given until the Node is listed (`_sync`).
         watcher = app[POLICY]
         app[SERVICE] = service = build_service(
@@ -126,6 +148,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             cores=cores,
             metrics=app[METRICS],
             load=app[LOAD].get,
+            dependencies=app[DEPENDENCIES].get,
             node_state=view,
             finisher=cluster.ClusterFinisher(
                 client=client,
@@ -144,6 +167,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
         log_start(app)
         cluster.follow_pods(view, service)
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
+        _follow_daemonsets(app, view)
         tasks = [
             asyncio.create_task(view.run(), name="node-informers"),
             asyncio.create_task(_sync(app, view, names), name="sync"),

@@ -95,6 +95,7 @@ def make_app(settings: Settings, *, reader: load.LoadReader | None = None) -> we
         metrics=metrics,
         load=cache.get,
         persist=persist,
+        dependencies=app[appstate.DEPENDENCIES].get,
     )
     for slot in saved:
         service.ledger.restore(slot)

@@ -93,6 +93,27 @@ class Gauge:
         return [*_header(self.name, "gauge", self.help), *sample]
 
 
+class GaugeFamily:
+    """A gauge with one label: a sample per label value set, none for a value removed (its subject is gone:
+    an absent series, not a stale one)."""
+
+    def __init__(self, name: str, help_text: str, label: str) -> None:
+        self.name, self.help, self.label = name, help_text, label
+        self.values: dict[str, float] = {}
+
+    def set(self, value: str, number: float) -> None:
+        self.values[value] = float(number)
+
+    def remove(self, value: str) -> None:
+        self.values.pop(value, None)
+
+    def render(self) -> list[str]:
+        lines = _header(self.name, "gauge", self.help)
+        for value, number in self.values.items():
+            lines.append(f'{self.name}{{{self.label}="{_escape(value)}"}} {_number(number)}')
+        return lines
+
+
 @dataclass(frozen=True)
 class BuildInfo:
     """`<name> {version=...} 1`: which stagger runs, to join on or to count versions during a rollout."""
@@ -238,6 +259,14 @@ class Metrics:
             "why",
         )
     )
+    daemonset_waits_given_up: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_daemonset_waits_given_up",
+            "waitForDaemonSets waits that lockd stopped at --daemonset-wait, by why: podMissing (a DaemonSet "
+            "that should run on the node had no pod there), notListed (the DaemonSets could not be listed).",
+            "why",
+        )
+    )
     connections_shed: Counter = field(
         default_factory=lambda: Counter(
             "stagger_lockd_connections_shed",
@@ -270,11 +299,34 @@ class Metrics:
             initial=None,
         )
     )
+    load1: Gauge = field(
+        default_factory=lambda: Gauge(
+            "stagger_lockd_load1",
+            "Last sampled 1-minute load average of the node (/proc/loadavg, not divided by the cores), "
+            "what loadAvg compares; no sample where it cannot be read.",
+            initial=None,
+        )
+    )
     build_info: BuildInfo = field(default_factory=lambda: BuildInfo("stagger_lockd_build_info", VERSION))
     process: ProcessMetrics = field(default_factory=ProcessMetrics)
     policy_reloads: Counter = field(
         default_factory=lambda: Counter(
             "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
+        )
+    )
+    dependency_up: GaugeFamily = field(
+        default_factory=lambda: GaugeFamily(
+            "stagger_lockd_dependency_up",
+            "1 when the node policy's dependency answered its last check, 0 when it failed; no sample before "
+            "its first check, nor for a dependency the node policy no longer has.",
+            "dependency",
+        )
+    )
+    dependency_check_failures: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_dependency_check_failures",
+            "Checks of a node policy dependency that failed (an error, a non-2xx answer, a timeout), by dependency.",
+            "dependency",
         )
     )
 
@@ -300,6 +352,6 @@ class Metrics:
         # Every metric field, in the order they are defined: a new metric cannot be left out of the page.
         for each in fields(self):
             metric = getattr(self, each.name)
-            if isinstance(metric, Counter | Gauge | Histogram | BuildInfo | ProcessMetrics):
+            if isinstance(metric, Counter | Gauge | GaugeFamily | Histogram | BuildInfo | ProcessMetrics):
                 lines += metric.render()
         return ("\n".join(lines) + "\n").encode()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from lockd import ledger
+from lockd.pods import OtherStarting
 from stagger import policy, throttles
 
 __all__ = ["Announcer", "Finisher", "NoNodeState", "NodeState", "Silent"]
@@ -15,7 +16,9 @@ __all__ = ["Announcer", "Finisher", "NoNodeState", "NodeState", "Silent"]
 class NodeState(Protocol):
     """What the pods on the node say beyond the slots lockd holds (cluster mode)."""
 
-    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int: ...
+    def starting_elsewhere(
+        self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]
+    ) -> list[OtherStarting]: ...
 
     def daemonsets_waiting(self) -> list[str]: ...
 
@@ -33,8 +36,10 @@ class Announcer(Protocol):
 
 
 class NoNodeState:
-    def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
-        return 0
+    def starting_elsewhere(
+        self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]
+    ) -> list[OtherStarting]:
+        return []
 
     def daemonsets_waiting(self) -> list[str]:
         return []

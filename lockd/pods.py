@@ -1,6 +1,6 @@
 """What lockd reads from the pods on its node, as pure functions of pod objects (JSON dicts as the API
-serves them): identity checks, where a pod is in its start-up, what else is starting, DaemonSet
-readiness, and the slots to rebuild after a restart."""
+serves them): identity checks, where a pod is in its start-up, what else is starting (or starting again),
+and the slots to rebuild after a restart. Which DaemonSets the node waits for is `lockd.daemonsets`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagger.names import Names
-from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase
+from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase, restart_state
 from stagger.timestamps import parse_rfc3339
 
 Pod = Mapping[str, Any]
@@ -76,45 +76,67 @@ def uses_stagger(pod: Pod, *, names: Names) -> bool:
     return (meta(pod).get("labels") or {}).get(names.enable_label) == "1"
 
 
+StartingWhy = Literal["starting", "crashLoopBackOff", "restarting"]
+
+
+@dataclass(frozen=True)
+class OtherStarting:
+    """A pod that `countAllStarting` counts, and why: starting for the first time, or starting again
+    (`stagger.podstate.restart_state`: a container in CrashLoopBackOff, or restarted and not ready yet)."""
+
+    namespace: str
+    name: str
+    why: StartingWhy
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+
 def other_starting(
     pods: Iterable[Pod],
     *,
     names: Names,
     exclude_namespaces: Iterable[str],
     holders: Iterable[tuple[str, str]],
-) -> list[tuple[str, str]]:
-    """`countAllStarting`: pods not Ready and not finished that count against maxConcurrent besides slots.
+) -> list[OtherStarting]:
+    """`countAllStarting`: pods that count against maxConcurrent besides slots, sorted by namespace/name.
 
-    Pods that use stagger count through their slots only: a stagger pod still waiting in its init
-    container must not block itself. DaemonSet pods (node plumbing, which must never wait behind
-    workloads) and pods in excluded namespaces do not count.
+    A pod not Ready and not finished counts, and so does a pod starting again after it ran: a container in
+    CrashLoopBackOff (even while the pod's Ready condition has not caught up) or restarted and not ready
+    yet. A restart costs a node what a first start costs (thundering-herd-scheduler counts them too).
+    Pods that use stagger count through their slots only while they start for the first time (a stagger
+    pod still waiting in its init container must not block itself); once they run, their slot is over,
+    and their restarts count like any other pod's. DaemonSet pods (node plumbing, which must never wait
+    behind workloads) and pods in excluded namespaces do not count.
     """
     excluded = set(exclude_namespaces)
     held = set(holders)
     found = []
     for pod in pods:
         key = key_of(pod)
-        if key in held or key[0] in excluded or stage(pod) != "starting":
+        if key in held or key[0] in excluded or is_daemonset_pod(pod):
             continue
-        if is_daemonset_pod(pod) or uses_stagger(pod, names=names):
+        current = stage(pod)
+        if current in ("finished", "deleted"):
             continue
-        found.append(key)
-    return sorted(found)
+        restart = restart_state(pod)
+        if restart is None and (current != "starting" or uses_stagger(pod, names=names)):
+            continue
+        found.append(OtherStarting(namespace=key[0], name=key[1], why=restart or "starting"))
+    return sorted(found, key=lambda other: other.key)
 
 
-def daemonsets_not_ready(pods: Iterable[Pod], *, own_pod: tuple[str, str] | None = None) -> list[str]:
-    """`waitForDaemonSets`: the DaemonSets (namespace/name) whose pod on this node is not Ready yet.
-
-    lockd's own pod is left out: it becomes Ready only once lockd answers, so waiting on it would wait forever.
-    """
-    waiting = set()
-    for pod in pods:
-        owner = owner_kind(pod)
-        if owner is None or owner[0] != "DaemonSet" or key_of(pod) == own_pod:
-            continue
-        if stage(pod) == "starting":
-            waiting.add(f"{key_of(pod)[0]}/{owner[1]}")
-    return sorted(waiting)
+def restarts_named(others: Iterable[OtherStarting]) -> str:
+    """For the countAllStarting reason: the pods among `others` that are starting again, by why, at most five
+    named each (empty when none is)."""
+    parts = []
+    for why, text in (("crashLoopBackOff", "in CrashLoopBackOff"), ("restarting", "restarting")):
+        named = [f"{other.namespace}/{other.name}" for other in others if other.why == why]
+        if named:
+            more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+            parts.append(f"{text}: {', '.join(named[:5])}{more}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 @dataclass(frozen=True)

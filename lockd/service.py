@@ -4,7 +4,7 @@ long poll answer within milliseconds of a slot freeing.
 Decisions are made by the pure parts (`ledger`, `stagger.throttles`, `stagger.policy`, `lockd.pods`);
 this module keeps their state between requests, counts, logs decisions, and wakes waiting long polls when
 anything that could change an answer happens (a release, an expiry, a grant, a new load sample, a policy
-reload, a pod change). In cluster mode a `Finisher` completes each grant (group pacer, pod patch) while
+reload, a pod change, a dependency coming up). In cluster mode a `Finisher` completes each grant (group pacer, pod patch) while
 the slot is reserved, and a `NodeState` adds what the pods on the node say (countAllStarting,
 waitForDaemonSets).
 """
@@ -18,15 +18,17 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from lockd import ledger
+from lockd.dependencies import Result as DependencyResult
+from lockd.dependencies import dependency_verdict
 from lockd.metrics import Metrics
 from lockd.nodepolicy import ActivePolicy
 from lockd.parts import Announcer, Finisher, NodeState, NoNodeState, Silent
-from lockd.pods import HeldSlot, Stage
+from lockd.pods import HeldSlot, OtherStarting, Stage, restarts_named
 from lockd.settings import Settings
 from lockd.wakeup import Wakeup
 from stagger import policy, throttles
@@ -48,12 +50,13 @@ class Counters:
 
 
 def daemonset_verdict(waiting: list[str]) -> throttles.Verdict:
+    """Each entry names a DaemonSet (namespace/name) and why it is waited for (`lockd.daemonsets.Waiting`)."""
     if not waiting:
         return throttles.ALLOWED
     shown = ", ".join(waiting[:5]) + (f" and {len(waiting) - 5} more" if len(waiting) > 5 else "")
     return throttles.Verdict(
         allowed=False,
-        reason=f"waiting for DaemonSet pods on this node to be Ready: {shown} (waitForDaemonSets)",
+        reason=f"waiting for this node's DaemonSets: {shown} (waitForDaemonSets)",
         throttle="daemonSets",
         retry_after=DAEMONSET_RETRY_SECONDS,
     )
@@ -99,6 +102,8 @@ class LockService:
         node_state: NodeState | None = None,
         finisher: Finisher | None = None,
         announcer: Announcer | None = None,
+        dependencies: Callable[[], Mapping[policy.Dependency, DependencyResult]] = dict,
+        dependency_retry: float = 5.0,
         ready: bool = True,
         max_queue: int = 1000,
         persist: Callable[[list[ledger.Slot]], None] | None = None,
@@ -110,6 +115,10 @@ class LockService:
         self.clock = clock
         self.wall = wall
         self._load = load
+        # The node policy's dependencies as last checked (`lockd.dependencies`, in the background), and how
+        # soon a caller they hold should ask again (the check interval).
+        self._dependencies = dependencies
+        self.dependency_retry = dependency_retry
         self.node_state: NodeState = node_state or NoNodeState()
         self.finisher = finisher
         self.announcer: Announcer = announcer or Silent()
@@ -188,16 +197,23 @@ class LockService:
             gate = daemonset_verdict(self.node_state.daemonsets_waiting())
             if not gate.allowed:
                 return gate
-        extra = 0
+        if node_policy.dependencies:
+            gate = dependency_verdict(
+                node_policy.dependencies, self._dependencies(), retry_after=self.dependency_retry
+            )
+            if not gate.allowed:
+                return gate
+        others: list[OtherStarting] = []
         if node_policy.count_all_starting:
-            extra = self.node_state.starting_elsewhere(node_policy, set(self.ledger.slots))
+            others = self.node_state.starting_elsewhere(node_policy, set(self.ledger.slots))
+        extra = len(others)
         verdict = self.throttle.check(in_use=in_use + extra)
         if extra and verdict.throttle == "maxConcurrent":
             verdict = replace(
                 verdict,
                 reason=(
                     f"{in_use + extra} of {self.throttle.limit} slots in use: {in_use} granted + {extra} other "
-                    "pods starting (maxConcurrent, countAllStarting)"
+                    f"pods starting{restarts_named(others)} (maxConcurrent, countAllStarting)"
                 ),
             )
         return verdict
@@ -241,7 +257,8 @@ class LockService:
             # Shielded: a caller that hangs up must not leave a reservation that is never confirmed or
             # cancelled (a pending slot never expires); the grant is finished, and the pod's next ask
             # is answered from it.
-            result = await asyncio.shield(self._finish(result.slot))
+            # (Read now, right after the reservation's commit: which load readings it counted against.)
+            result = await asyncio.shield(self._finish(result.slot, counted=self.throttle.counted()))
         elif isinstance(result, ledger.Granted) and result.new:
             result = self._granted(result.slot)
         if isinstance(result, ledger.Denied):
@@ -251,7 +268,7 @@ class LockService:
                 self.announcer.waiting(waiter)
         return result
 
-    async def _finish(self, slot: ledger.Slot) -> ledger.Outcome:
+    async def _finish(self, slot: ledger.Slot, *, counted: throttles.Counted) -> ledger.Outcome:
         assert self.finisher is not None
         key = (slot.namespace, slot.name)
         wall = self.wall()
@@ -264,8 +281,9 @@ class LockService:
             verdict = throttles.Verdict(
                 allowed=False, reason="the pod changed while its grant was being recorded", retry_after=1.0
             )
-        # The reservation took a rate-limit token; no pod starts, so the token comes back.
-        self.throttle.refund()
+        # The reservation took a rate-limit token and counted as load assumed until the next reading; no
+        # pod starts, so both come back.
+        self.throttle.refund(counted=counted)
         self.ledger.cancel(
             key,
             now=now,
@@ -316,11 +334,11 @@ class LockService:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     break
-                # Queue and slot denials change with events (this waiter is woken); rate, load, gate and
-                # group denials with time.
+                # Queue, slot and dependency denials change with events (this waiter is woken); rate,
+                # load, gate and group denials with time.
                 timeout = (
                     remaining
-                    if outcome.throttle in (None, "maxConcurrent")
+                    if outcome.throttle in (None, "maxConcurrent", "dependency")
                     else min(remaining, max(0.05, outcome.retry_after))
                 )
                 await wakeup.wait(timeout)
@@ -546,6 +564,7 @@ def build_service(
     node_state: NodeState | None = None,
     finisher: Finisher | None = None,
     announcer: Announcer | None = None,
+    dependencies: Callable[[], Mapping[policy.Dependency, DependencyResult]] = dict,
 ) -> LockService:
     """The service for these settings, with its parts: the state file's `persist` standalone; in cluster
     mode the node's pods (`node_state`), the grant finisher and the Event announcer, which need the API
@@ -563,4 +582,6 @@ def build_service(
         node_state=node_state,
         finisher=finisher,
         announcer=announcer,
+        dependencies=dependencies,
+        dependency_retry=settings.node.dependency_interval,
     )

@@ -80,6 +80,9 @@ class NodeSettings:
     # Where the machine's /proc is: its CPU times (<proc_root>/stat) and IO pressure (<proc_root>/pressure/io).
     proc_root: Path = Path("/proc")
     sample_interval: float = 1.0
+    # How often each dependency of the node policy is checked: its result is reused that long, so a dependency
+    # that is down costs one check per interval however many pods ask.
+    dependency_interval: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ class ClusterSettings:
     prefix: str = DEFAULT_PREFIX
     own_pod: tuple[str, str] | None = None
     events: bool = True
+    # waitForDaemonSets: how long a DaemonSet that should run on the node but has no pod there holds grants.
+    daemonset_wait: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -167,13 +172,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("--cores", ("STAGGER_CORES",), "cores", "CPU cores for perCore limits (default: what the machine has)",
            whole(1), "N"),
     Option("--load-file", ("STAGGER_LOAD_FILE",), "load_file",
-           'testing aid: read load as JSON {"cpuPercent": x, "ioPercent": y} from FILE instead of the machine',
+           'testing aid: read load as JSON {"cpuPercent": x, "ioPercent": y, "load1": z} from FILE instead of '
+           'the machine (each key optional)',
            file_path, "FILE"),
     Option("--proc-root", ("STAGGER_PROC_ROOT",), "proc_root",
            "where to read the node's CPU times and IO pressure (default /proc; e.g. the host's /proc mounted "
            "at /host/proc when the container's own /proc is virtualised, as with lxcfs)", file_path, "DIR"),
     Option("--sample-interval", ("STAGGER_SAMPLE_INTERVAL",), "sample_interval",
            "how often load is sampled (default 1s)", seconds(), "DURATION"),
+    Option("--dependency-interval", ("STAGGER_DEPENDENCY_INTERVAL",), "dependency_interval",
+           "how often each dependency of the node policy (an HTTP URL or TCP address that must answer before "
+           "any grant) is checked, in the background (default 5s)", seconds(), "DURATION"),
     Option("--waiter-idle-timeout", ("STAGGER_WAITER_IDLE_TIMEOUT",), "waiter_idle_timeout",
            "a waiter that has not asked for this long leaves the queue (default 30s)", seconds(), "DURATION"),
     Option("--max-long-poll", ("STAGGER_MAX_LONG_POLL",), "max_long_poll",
@@ -230,6 +239,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--group-failure-policy", ("STAGGER_GROUP_FAILURE_POLICY",), "group_failure_policy",
            "controller unreachable: open = node throttles alone decide (default), closed = grouped pods wait",
            one_of("open", "closed"), "open|closed"),
+    Option("--daemonset-wait", ("STAGGER_DAEMONSET_WAIT",), "daemonset_wait",
+           "waitForDaemonSets: how long a DaemonSet that should run on this node but has no pod here yet "
+           "holds grants; then lockd stops waiting for it, logs it and counts it (default 2m)", seconds(),
+           "DURATION"),
     Option("--no-events", ("STAGGER_NO_EVENTS",), "no_events", "do not write Events on pods", boolean),
     options.LOG_LEVEL,
 )  # fmt: skip

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NotRequired, TypedDict
 
 from lockd import ledger
+from lockd.dependencies import DependencyStatus
 from lockd.nodepolicy import ActivePolicy
 from lockd.service import Counters
 from stagger import policy, throttles
 from stagger.timestamps import format_rfc3339
 
 
+class LoadThrottleStatus(TypedDict):
+    throttle: str  # loadAvg, cpu, io
+    maxLoad: float
+    sampled: float | None  # the throttle's number as read (loadAvg's per core when perCore)
+    grantsSinceSample: int  # grants since that number was read
+    assumed: float  # what they are assumed to add until the next reading (grants x incrementBy)
+
+
 class LoadStatus(TypedDict):
     cpuPercent: float | None
     ioPercent: float | None
+    load1: float | None  # the 1-minute load average, not divided by the cores
     source: str
+    throttles: list[LoadThrottleStatus]  # the node policy's load throttles
 
 
 class SlotStatus(TypedDict, total=False):
@@ -52,6 +63,8 @@ class Status(TypedDict):
     mode: str
     policy: dict[str, Any]
     load: LoadStatus
+    # The node policy's dependencies, each with its last result and when it was checked (lockd.dependencies).
+    dependencies: list[DependencyStatus]
     slots: list[SlotStatus]
     waiting: int  # every waiter; `queue` lists the first `limit` of them
     queue: list[QueueStatus]
@@ -69,10 +82,12 @@ def build_status(
     book: ledger.Ledger,
     sample: throttles.LoadSample,
     counters: Counters,
+    readings: Sequence[throttles.LoadReading] = (),
     now: float,
     limit: int = 100,
     reason: Callable[[ledger.Waiter], str] | None = None,
     details: Callable[[ledger.PodKey], dict[str, str]] | None = None,
+    dependencies: list[DependencyStatus] | None = None,
 ) -> Status:
     """Pure: the status document from the service's state at monotonic time `now`.
 
@@ -111,7 +126,23 @@ def build_status(
         "node": node,
         "mode": mode,
         "policy": {**described, "source": active.source, "why": active.why, "cores": cores},
-        "load": {"cpuPercent": sample.cpu_percent, "ioPercent": sample.io_percent, "source": sample.source},
+        "load": {
+            "cpuPercent": sample.cpu_percent,
+            "ioPercent": sample.io_percent,
+            "load1": sample.load1,
+            "source": sample.source,
+            "throttles": [
+                {
+                    "throttle": r.throttle,
+                    "maxLoad": r.max_load,
+                    "sampled": r.sampled,
+                    "grantsSinceSample": r.grants,
+                    "assumed": round(r.assumed, 6),
+                }
+                for r in readings
+            ],
+        },
+        "dependencies": dependencies or [],
         "slots": slots,
         "waiting": len(book.queue),
         "queue": queue,
@@ -127,6 +158,32 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
     return [line, *("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)]
+
+
+def _dependency_line(dependency: DependencyStatus) -> str:
+    ago = dependency["checkedSecondsAgo"]
+    if ago is None:
+        return f"dependency {dependency['name']}: not checked yet"
+    state = "up" if dependency["up"] else f"DOWN: {dependency['error']}"
+    return f"dependency {dependency['name']}: {state} (checked {ago:.1f}s ago)"
+
+
+def _load_number(throttle: str, value: float) -> str:
+    return f"{value:.2f}" if throttle == "loadAvg" else f"{value:.0f}%"
+
+
+def _load_lines(load: LoadStatus) -> list[str]:
+    load1 = "n/a" if load["load1"] is None else f"{load['load1']:.2f}"
+    cpu, io = _percent(load["cpuPercent"]), _percent(load["ioPercent"])
+    lines = [f"load cpu {cpu}  io {io}  load1 {load1}  ({load['source']})"]
+    for each in load["throttles"]:
+        name, sampled, grants = each["throttle"], each["sampled"], each["grantsSinceSample"]
+        shown = "no reading (holds no pod)" if sampled is None else f"{_load_number(name, sampled)} sampled"
+        if each["assumed"]:
+            assumed = _load_number(name, each["assumed"])
+            shown += f" + {assumed} assumed for {grants} grant{'' if grants == 1 else 's'} since"
+        lines.append(f"  {name} < {each['maxLoad']:g}: {shown}")
+    return lines
 
 
 def render_text(status: Status) -> str:
@@ -147,7 +204,8 @@ def render_text(status: Status) -> str:
             else "burst {burst} every {fillFactorSeconds:g}s".format(**pol["rateLimit"]),
             f"{pol['holdTimeoutSeconds']:g}",
         ),
-        f"load cpu {_percent(load['cpuPercent'])}  io {_percent(load['ioPercent'])}  ({load['source']})",
+        *_load_lines(load),
+        *(_dependency_line(d) for d in status["dependencies"]),
         *(
             [f"policy reload FAILED, the last good policy stays: {pol['lastReloadError']}"]
             if pol.get("lastReloadError")

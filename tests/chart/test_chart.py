@@ -266,6 +266,8 @@ def test_lockd_settings_in_the_chart_are_accepted_by_lockd(tmp_path: Path) -> No
     assert settings.standalone is False
     assert settings.anonymous_allowed is False
     assert settings.queue.max_queue == 1000
+    assert settings.node.dependency_interval == 5.0
+    assert settings.cluster.daemonset_wait == 120.0
     assert settings.groups.controller_url == "https://demo-stagger-controller-leader.stagger.svc:443"
     assert str(settings.groups.controller_token_file) == "/var/run/stagger/controller-token/token"
     anonymous = values(by_kind(render("lockd.allowAnonymous=true"), "DaemonSet"))

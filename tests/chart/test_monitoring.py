@@ -122,6 +122,14 @@ def unit_tests() -> list[dict[str, Any]]:
                     "series": f'stagger_lockd_requests_total{{{LOCKD_JOB}, node="n2", result="granted"}}',
                     "values": "0+5x10",
                 },
+                {
+                    "series": f'stagger_lockd_dependency_up{{{LOCKD_JOB}, node="n1", dependency="tcp db:5432"}}',
+                    "values": "1 0x9",
+                },
+                {
+                    "series": f'stagger_lockd_dependency_up{{{LOCKD_JOB}, node="n2", dependency="tcp db:5432"}}',
+                    "values": "1x10",
+                },
             ],
             "alert_rule_test": [
                 _alert("StaggerLockdDown", "4m"),
@@ -133,6 +141,17 @@ def unit_tests() -> list[dict[str, Any]]:
                         "lockd on node n1 does not answer",
                         "lockd on n1 (lockd-a) has not answered a scrape for 5 minutes: enabled pods on that node "
                         "start without a slot after the policy's unreachableWait.",
+                    ),
+                ),
+                _alert("StaggerLockdDependencyDown", "5m"),
+                _alert(
+                    "StaggerLockdDependencyDown",
+                    "7m",
+                    _fired(
+                        {"node": "n1", "dependency": "tcp db:5432", "severity": "warning"},
+                        "A dependency of node n1's policy does not answer",
+                        "lockd on n1 has granted no start-up slot for 5 minutes because tcp db:5432 does not "
+                        "answer: its pods wait until their maxWait, then start without a slot.",
                     ),
                 ),
                 _alert(

@@ -31,6 +31,9 @@ LOCKD_RULES: set[Rule] = {
     # list, watch: lockd/cluster.py ClusterState.nodes, an Informer with fieldSelector metadata.name=<node>
     # (the node's labels choose the node policy). Never a plain get.
     ("", "nodes", ("list", "watch"), ()),
+    # list, watch: lockd/daemonsetwatch.py DaemonSetWatch.informer, an Informer of every namespace's
+    # DaemonSets, run only while the node policy has waitForDaemonSets (which should run on this node).
+    ("apps", "daemonsets", ("list", "watch"), ()),
     # create: stagger/events.py EventRecorder.run (lockd/app.py, unless --no-events), core/v1 only.
     ("", "events", ("create",), ()),
     # create: lockd/podtoken.py TokenReviewer._review (whose is a pod's service-account token).
@@ -144,7 +147,13 @@ def render_other() -> list[Doc]:
 
 # The resources of stagger/kube.py each component's code may mention, and the rule that covers each.
 COVERED = {
-    "lockd": {"PODS": "pods", "NODES": "nodes", "EVENTS": "events", "TOKENREVIEWS": "tokenreviews"},
+    "lockd": {
+        "PODS": "pods",
+        "NODES": "nodes",
+        "DAEMONSETS": "daemonsets",
+        "EVENTS": "events",
+        "TOKENREVIEWS": "tokenreviews",
+    },
     "webhook": {"PODS": "pods", "LEASES": "leases", "EVENTS": "events"},
 }
 

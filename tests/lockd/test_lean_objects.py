@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from lockd import pods
+from lockd import daemonsets, pods
 from lockd.cluster import lean_node, lean_pod
+from stagger.daemonsets import should_run
 from stagger.names import Names
+from stagger.podstate import restart_state
 
 
 def test_a_pod_keeps_all_but_managed_fields_and_the_last_applied_copy() -> None:
@@ -41,18 +43,25 @@ def test_a_pod_keeps_all_but_managed_fields_and_the_last_applied_copy() -> None:
     assert lean_pod({"metadata": {"name": "q"}, "status": {}}) == {"metadata": {"name": "q"}, "status": {}}
 
 
-def test_the_node_keeps_its_metadata_only() -> None:
+def test_the_node_keeps_its_metadata_and_taints_only() -> None:
+    taints = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
     node = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n", "labels": {"zone": "a"}, "managedFields": [{}]},
+        "spec": {"podCIDR": "10.0.0.0/24", "providerID": "x://1", "taints": taints},
         "status": {"images": [{"names": ["x"]}] * 50},
     }
     assert lean_node(node) == {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n", "labels": {"zone": "a"}},
+        "spec": {"taints": taints},
     }
+    # Which DaemonSets should run here reads the same on the lean copy (the taint keeps this one off).
+    agent = {"metadata": {"name": "agent", "uid": "d"}, "spec": {"template": {"spec": {}}}}
+    assert not should_run(agent, lean_node(node)) and not should_run(agent, node)
+    assert lean_node({"metadata": {"name": "n"}, "spec": {}}) == {"metadata": {"name": "n"}}
 
 
 def full_pod(*, init_state: dict[str, Any], app_state: dict[str, Any], ready: bool) -> dict[str, Any]:
@@ -134,6 +143,7 @@ def full_pod(*, init_state: dict[str, Any], app_state: dict[str, Any], ready: bo
 
 WAITING = {"waiting": {"reason": "PodInitializing"}}
 RUNNING = {"running": {"startedAt": "2026-11-24T05:00:01Z"}}
+CRASHING = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}
 DONE = {"terminated": {"exitCode": 0, "reason": "Completed"}}
 
 
@@ -144,6 +154,7 @@ DONE = {"terminated": {"exitCode": 0, "reason": "Completed"}}
         pytest.param(full_pod(init_state=DONE, app_state=WAITING, ready=False), id="app-waiting"),
         pytest.param(full_pod(init_state=DONE, app_state=RUNNING, ready=False), id="app-not-ready"),
         pytest.param(full_pod(init_state=DONE, app_state=RUNNING, ready=True), id="ready"),
+        pytest.param(full_pod(init_state=DONE, app_state=CRASHING, ready=False), id="crash-looping"),
     ],
 )
 def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None:
@@ -160,7 +171,9 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
         lambda p: pods.uses_stagger(p, names=names),
         lambda p: pods.identity_problem(p, node="n1", namespace="shop", name="web-1", uid="u-1"),
         lambda p: pods.slots_to_rebuild([p], names=names),
-        lambda p: pods.daemonsets_not_ready([p]),
+        lambda p: daemonsets.waiting_for([p], view=None, own_pod=None),
+        lambda p: pods.other_starting([p], names=names, exclude_namespaces=(), holders=()),
+        restart_state,
         lambda p: (p["spec"].get("nodeName"), p["spec"].get("hostNetwork"), p["status"].get("podIP")),
         lambda p: p["metadata"].get("resourceVersion"),
     ):
@@ -168,4 +181,9 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
     # The readings are not vacuous: the pod uses stagger, and while it starts its node slot is rebuilt.
     assert pods.uses_stagger(lean, names=names)
     assert (pods.slots_to_rebuild([lean], names=names) != []) == (pods.stage(lean) == "starting")
+    # ... and its container, which ran before (restartCount 1), is read as starting again while it runs and
+    # is not ready, or waits in CrashLoopBackOff.
+    app = pod["status"]["containerStatuses"][0]
+    restarting = "restarting" if app["state"] == RUNNING and not app["ready"] else None
+    assert restart_state(lean) == ("crashLoopBackOff" if app["state"] == CRASHING else restarting)
     assert len(json.dumps(lean)) < len(json.dumps(pod)) / 3

@@ -1,5 +1,6 @@
-"""Pure pod views of cluster-mode lockd: identity checks, start-up stage, countAllStarting, DaemonSet
-readiness, and which slots to rebuild after a restart."""
+"""Pure pod views of cluster-mode lockd: identity checks, start-up stage, countAllStarting (with pods
+starting again: CrashLoopBackOff, restarted and not ready yet), and which slots to rebuild after a restart.
+DaemonSet readiness is tests/lockd/test_daemonsets.py."""
 
 from __future__ import annotations
 
@@ -83,17 +84,106 @@ def test_other_starting_counts_only_plain_workload_pods() -> None:
     found = pods.other_starting(
         node_pods, names=NAMES, exclude_namespaces=["kube-system"], holders=[("default", "holder")]
     )
-    assert found == [("default", "plain")]
+    assert found == [pods.OtherStarting("default", "plain", "starting")]
 
 
-def test_daemonsets_not_ready_names_them_and_skips_lockd_itself() -> None:
-    node_pods = [
-        pod("agent-x", namespace="monitoring", owner="DaemonSet/agent"),
-        pod("cni-x", namespace="kube-system", owner="DaemonSet/cni", ready=True, phase="Running"),
-        pod("lockd-x", namespace="stagger", owner="DaemonSet/lockd"),
-        pod("app", owner="ReplicaSet/app-1"),
+CRASH_LOOP = {
+    "waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s restarting failed container"}
+}
+RUNNING = {"running": {"startedAt": "2026-11-21T10:00:00Z"}}
+INITIALIZING = {"waiting": {"reason": "PodInitializing"}}
+STAGGER = {NAMES.enable_label: "1"}
+
+
+def with_app(subject: dict[str, Any], *, state: dict[str, Any], restarts: int, ready: bool) -> dict[str, Any]:
+    subject["status"]["containerStatuses"] = [
+        {"name": "app", "state": state, "restartCount": restarts, "ready": ready}
     ]
-    assert pods.daemonsets_not_ready(node_pods, own_pod=("stagger", "lockd-x")) == ["monitoring/agent"]
+    return subject
+
+
+@pytest.mark.parametrize(
+    ("subject", "why"),
+    [
+        pytest.param(pod("a", phase="Running"), "starting", id="first-start-not-ready"),
+        pytest.param(pod("a", phase="Running", ready=True), None, id="ready"),
+        pytest.param(
+            with_app(pod("a", phase="Running"), state=CRASH_LOOP, restarts=3, ready=False),
+            "crashLoopBackOff",
+            id="crash-loop",
+        ),
+        pytest.param(
+            # The kubelet has not turned the Ready condition yet: the container's state says it all.
+            with_app(pod("a", phase="Running", ready=True), state=CRASH_LOOP, restarts=3, ready=False),
+            "crashLoopBackOff",
+            id="crash-loop-ready-condition-behind",
+        ),
+        pytest.param(
+            with_app(pod("a", phase="Running"), state=RUNNING, restarts=1, ready=False),
+            "restarting",
+            id="restarted-not-ready-yet",
+        ),
+        pytest.param(
+            with_app(pod("a", phase="Running", ready=True), state=RUNNING, restarts=1, ready=True),
+            None,
+            id="restarted-and-ready-again",
+        ),
+        pytest.param(
+            with_app(pod("s", phase="Running", labels=STAGGER), state=CRASH_LOOP, restarts=2, ready=False),
+            "crashLoopBackOff",
+            id="stagger-pod-crash-looping-counts",
+        ),
+        pytest.param(
+            with_app(pod("s", phase="Running", labels=STAGGER), state=RUNNING, restarts=1, ready=False),
+            "restarting",
+            id="stagger-pod-restarting-counts",
+        ),
+        pytest.param(
+            with_app(pod("s", phase="Running", labels=STAGGER), state=RUNNING, restarts=0, ready=False),
+            None,
+            id="stagger-pod-first-start-counts-through-its-slot",
+        ),
+        pytest.param(
+            # After a node restart the init containers run again (the init client asks anew): not a
+            # restart of the app, or the pod would block itself.
+            with_app(pod("s", labels=STAGGER), state=INITIALIZING, restarts=4, ready=False),
+            None,
+            id="stagger-pod-initializing-after-node-restart",
+        ),
+        pytest.param(
+            with_app(
+                pod("d", phase="Running", owner="DaemonSet/agent"), state=CRASH_LOOP, restarts=5, ready=False
+            ),
+            None,
+            id="daemonset-pod-never",
+        ),
+        pytest.param(
+            with_app(
+                pod("k", namespace="kube-system", phase="Running"), state=CRASH_LOOP, restarts=5, ready=False
+            ),
+            None,
+            id="excluded-namespace-never",
+        ),
+        pytest.param(
+            with_app(pod("f", phase="Failed"), state=CRASH_LOOP, restarts=5, ready=False),
+            None,
+            id="finished-never",
+        ),
+        pytest.param(
+            with_app(pod("x", deleting=True), state=CRASH_LOOP, restarts=5, ready=False),
+            None,
+            id="deleting-never",
+        ),
+    ],
+)
+def test_other_starting_counts_pods_starting_again(subject: dict[str, Any], why: str | None) -> None:
+    found = pods.other_starting([subject], names=NAMES, exclude_namespaces=["kube-system"], holders=[])
+    assert [other.why for other in found] == ([] if why is None else [why])
+
+
+def test_a_slot_holder_is_counted_by_its_slot_even_when_it_restarts() -> None:
+    holder = with_app(pod("h", phase="Running", labels=STAGGER), state=CRASH_LOOP, restarts=1, ready=False)
+    assert pods.other_starting([holder], names=NAMES, exclude_namespaces=[], holders=[("default", "h")]) == []
 
 
 def test_slots_to_rebuild_are_granted_pods_still_starting() -> None:
@@ -190,3 +280,26 @@ def test_a_group_grant_is_no_node_slot_after_a_restart() -> None:
     rebuilt = pods.slots_to_rebuild(node_pods, names=NAMES)
     assert [slot.name for slot in rebuilt] == ["node-granted", "older-lockd"]
     assert rebuilt[0].granted_wall == pytest.approx(1795255203.0)
+
+
+@pytest.mark.parametrize(
+    ("others", "said"),
+    [
+        pytest.param([pods.OtherStarting("default", "a", "starting")], "", id="first-starts-unnamed"),
+        pytest.param(
+            [
+                pods.OtherStarting("default", "a", "crashLoopBackOff"),
+                pods.OtherStarting("shop", "b", "restarting"),
+            ],
+            " (in CrashLoopBackOff: default/a; restarting: shop/b)",
+            id="both-kinds",
+        ),
+        pytest.param(
+            [pods.OtherStarting("default", f"p{i}", "crashLoopBackOff") for i in range(7)],
+            " (in CrashLoopBackOff: default/p0, default/p1, default/p2, default/p3, default/p4 and 2 more)",
+            id="five-named",
+        ),
+    ],
+)
+def test_restarts_named(others: list[pods.OtherStarting], said: str) -> None:
+    assert pods.restarts_named(others) == said

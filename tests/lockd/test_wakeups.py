@@ -11,6 +11,7 @@ import itertools
 from lockd import ledger
 from lockd.metrics import Metrics
 from lockd.nodepolicy import ActivePolicy
+from lockd.pods import OtherStarting
 from lockd.service import LockService
 from stagger import policy, throttles
 
@@ -117,8 +118,10 @@ async def test_with_free_slots_a_change_wakes_as_many_as_there_are_free_slots() 
     gate_open = False
 
     class Gate:
-        def starting_elsewhere(self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]) -> int:
-            return 0
+        def starting_elsewhere(
+            self, node_policy: policy.NodePolicy, holders: set[ledger.PodKey]
+        ) -> list[OtherStarting]:
+            return []
 
         def daemonsets_waiting(self) -> list[str]:
             return [] if gate_open else ["kube-system/cni"]

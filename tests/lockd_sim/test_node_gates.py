@@ -1,6 +1,7 @@
 """Cluster-mode lockd's node gates on the simulated cluster, judged from the API server's pod states:
-`waitForDaemonSets` holds every grant until a slow DaemonSet's pod is Ready, and `countAllStarting` counts
-pods that do not use stagger, so no grant is made while they fill the node's limit."""
+`waitForDaemonSets` holds every grant until a slow DaemonSet's pod is Ready (and, up to `--daemonset-wait`,
+while a DaemonSet's pod is not on the node), and `countAllStarting` counts pods that do not use stagger, so
+no grant is made while they fill the node's limit."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
+import pytest
+
 from lockd.pods import owner_kind, stage, uses_stagger
 from sim.cluster import podparams
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from stagger.informer import Informer, InformerSettings
-from stagger.kube import PODS, RestClient, WatchEventType
+from stagger.kube import EVENTS, PODS, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.podstate import is_pod_ready
 from tests.backends import Backend
+from tests.metrics import by_label
 from tests.waiting import eventually
 
 NAMES = Names()
@@ -145,6 +150,53 @@ async def test_wait_for_daemonsets_holds_grants_until_the_daemonset_pod_is_ready
     await with_cluster(backend, scenario, check, body)
     assert violations == []
     assert waited_behind_agent, "the app pods never had to wait: the gate was not exercised"
+
+
+async def test_wait_for_daemonsets_waits_for_a_pod_not_on_the_node_until_the_bound(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DaemonSet that should run on the node but whose pod is never bound there (it asks for more memory
+    than the node has: the DaemonSet controller makes it all the same, and the scheduler leaves it
+    Pending): the app's pods wait for it, named in their StaggerWaiting Event, until `--daemonset-wait`;
+    then lockd grants and counts the wait it gave up."""
+    monkeypatch.setenv("STAGGER_DAEMONSET_WAIT", "3s")  # lockd's processes inherit it
+    scenario = one_node(
+        "nodePolicies:\n- name: gate\n  waitForDaemonSets: true\n  throttleConfig: {maxConcurrent: {value: 4}}\n"
+    )
+    huge = slow_daemonset(backend.namespace)
+    huge["metadata"]["name"] = "huge-agent"
+    [container] = huge["spec"]["template"]["spec"]["containers"]
+    container["resources"] = {"requests": {"memory": "64Gi"}}
+
+    async def body(cluster: SimCluster, log: PodLog) -> None:
+        await cluster.apply(huge)
+
+        def daemon_pod(pod: dict[str, Any]) -> bool:
+            return (owner_kind(pod) or ("", ""))[0] == "DaemonSet"
+
+        async def pending() -> bool:
+            return bool(log.pods(daemon_pod))
+
+        await eventually(pending, within=30, what="the DaemonSet's pod (never bound)")
+        app = Workload(kind="Deployment", name="app", namespace=backend.namespace, replicas=2, cpu_seconds=1)
+        await cluster.apply(
+            workload_manifest(app, stagger=replace(scenario.stagger, host_port=cluster.host_port))
+        )
+
+        async def all_ready() -> bool:
+            return len(log.pods(lambda p: uses_stagger(p, names=NAMES) and is_pod_ready(p))) == 2
+
+        await eventually(all_ready, within=120, what="the 2 app pods Ready after the bound")
+        assert all(not pod["spec"].get("nodeName") for pod in log.pods(daemon_pod))  # never bound
+        events = await backend.client.list(EVENTS, namespace=backend.namespace)
+        waits = [e["message"] for e in events["items"] if e.get("reason") == "StaggerWaiting"]
+        assert waits and all(f"{backend.namespace}/huge-agent (no pod on this node yet)" in m for m in waits)
+        [lockd] = cluster.lockds.values()
+        async with aiohttp.ClientSession() as session, session.get(f"{lockd.spec.url}/metrics") as answer:
+            page = await answer.text()
+        assert by_label(page, "stagger_lockd_daemonset_waits_given_up_total", "why") == {"podMissing": 1.0}
+
+    await with_cluster(backend, scenario, lambda store, ever_ready: None, body)
 
 
 async def test_count_all_starting_counts_pods_without_stagger(backend: Backend) -> None:

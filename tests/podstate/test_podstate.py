@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stagger.objects import condition, condition_true
-from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase
+from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase, restart_state
 
 
 def pod(phase: str | None = None, conditions: list[Any] | None = None) -> dict[str, Any]:
@@ -54,3 +54,57 @@ def test_conditions_of_any_object() -> None:
     assert condition(job, "Complete") == job["status"]["conditions"][0]
     assert condition_true(job, "Complete") and not condition_true(job, "Failed")
     assert condition({}, "Complete") is None
+
+
+def with_containers(*statuses: dict[str, Any], ready: bool = False) -> dict[str, Any]:
+    subject = pod("Running", [{"type": "Ready", "status": "True" if ready else "False"}])
+    subject["status"]["containerStatuses"] = list(statuses)
+    return subject
+
+
+def container(state: dict[str, Any], *, restarts: int = 0, ready: bool = False) -> dict[str, Any]:
+    return {"name": "c", "state": state, "restartCount": restarts, "ready": ready}
+
+
+CRASH_LOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
+RUNNING = {"running": {"startedAt": "2026-11-21T10:00:00Z"}}
+ERROR = {"terminated": {"exitCode": 1, "reason": "Error"}}
+
+
+@pytest.mark.parametrize(
+    ("subject", "expected"),
+    [
+        pytest.param(pod("Pending"), None, id="no-container-statuses"),
+        pytest.param(
+            with_containers(container({"waiting": {"reason": "ContainerCreating"}})), None, id="creating"
+        ),
+        pytest.param(with_containers(container(RUNNING)), None, id="first-run-not-ready"),
+        pytest.param(with_containers(container(CRASH_LOOP, restarts=4)), "crashLoopBackOff", id="crash-loop"),
+        pytest.param(
+            with_containers(container(CRASH_LOOP, restarts=4), ready=True),
+            "crashLoopBackOff",
+            id="crash-loop-whatever-the-ready-condition",
+        ),
+        pytest.param(with_containers(container(RUNNING, restarts=1)), "restarting", id="restarted-not-ready"),
+        pytest.param(
+            with_containers(container(RUNNING, restarts=1, ready=True), ready=True),
+            None,
+            id="restarted-ready-again",
+        ),
+        pytest.param(with_containers(container(ERROR, restarts=1)), None, id="terminated-between-restarts"),
+        pytest.param(
+            with_containers(container({"waiting": {"reason": "PodInitializing"}}, restarts=3)),
+            None,
+            id="initializing-after-sandbox-restart",
+        ),
+        pytest.param(
+            with_containers(container(RUNNING, restarts=2), container(CRASH_LOOP, restarts=1)),
+            "crashLoopBackOff",
+            id="crash-loop-wins-over-restarting",
+        ),
+        pytest.param(with_containers(container(RUNNING, restarts="3")), None, id="junk-count"),
+        pytest.param(with_containers("junk"), None, id="junk-status"),
+    ],
+)
+def test_restart_state(subject: dict[str, Any], expected: str | None) -> None:
+    assert restart_state(subject) == expected
