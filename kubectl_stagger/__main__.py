@@ -1,6 +1,6 @@
-"""The command line: `kubectl stagger {check-policy,status,why,selftest}` (installed as the `kubectl-stagger`
-console script, which kubectl runs for `kubectl stagger`). The flags are parsed once into `Settings`;
-each command returns its exit code, and a `Problem` is printed as one line on stderr."""
+"""The command line: `kubectl stagger {check-policy,convert,status,why,selftest}` (installed as the
+`kubectl-stagger` console script, which kubectl runs for `kubectl stagger`). The flags are parsed once into
+`Settings`; each command returns its exit code, and a `Problem` is printed as one line on stderr."""
 
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ from typing import TextIO, cast
 
 from kubectl_stagger import checkpolicy, explain, pods, report, tables
 from kubectl_stagger.cluster import kubeconfig_path, open_cluster
+from kubectl_stagger.convert import (
+    PEERS,
+    Input,
+    InvalidInput,
+    OutputDoesNotLoad,
+    Peer,
+    UnknownFormat,
+    convert_inputs,
+)
 from kubectl_stagger.problems import ExitCode, Problem
 from kubectl_stagger.selftest import run_checks
 from kubectl_stagger.tables import OutputFormat
@@ -25,16 +34,21 @@ logger = logging.getLogger(__name__)
 
 EXIT_CODES = """exit codes:
   0  done (check-policy: the file is valid)
-  1  check-policy: the file is not valid (every error on stderr, in lockd's words)
+  1  check-policy: the file is not valid (every error on stderr, in lockd's words); convert: a file cannot
+     be read, or is a peer's configuration that the peer would refuse too (every error on stderr)
   2  bad command line
   3  no usable kubeconfig, the API server cannot be reached, or it refused the request
   4  stagger is not installed where we looked (no controller or lockd pods: -n, --release, -l)
   5  why: no such pod
   6  selftest: a check failed
+  7  convert: the input is none of the formats it reads (straggler, pod-pacemaker, thundering-herd-scheduler,
+     pod-startup-lock)
 """
 
 EXAMPLES = """examples:
   kubectl stagger check-policy charts/stagger/configs/_policies.yaml
+  kubectl stagger convert straggler-policies.yaml pacemakerconfigs.yaml > policies.yaml
+  kubectl stagger convert --from pod-startup-lock lock-args.txt   # what it cannot carry over: on stderr
   kubectl stagger status                      # the chart installed in namespace "stagger"
   kubectl stagger status -n stagger-system --release stagger -o yaml
   kubectl stagger why web-7f9c-abcde -n shop
@@ -60,6 +74,8 @@ class Settings:
     webhook_url: str | None = None
     ca_file: Path | None = None
     lockd_url: str | None = None
+    inputs: tuple[Path, ...] = ()
+    from_peer: Peer | None = None
 
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
         commands, "check-policy", "validate a policy file offline, with lockd's own loader and messages"
     )
     check.add_argument("policy_file", type=Path, metavar="FILE")
+    convert = _subcommand(
+        commands,
+        "convert",
+        "print the stagger policy file a peer's configuration means (straggler, pod-pacemaker, "
+        "thundering-herd-scheduler, pod-startup-lock), and on stderr what it cannot carry over",
+    )
+    convert.add_argument("inputs", type=Path, nargs="+", metavar="FILE", help="a file, or - for stdin")
+    convert.add_argument(
+        "--from",
+        dest="from_peer",
+        choices=PEERS,
+        help="the peer that wrote the files (default: from their content)",
+    )
     status = _subcommand(
         commands, "status", "every staggering group and every node's lockd, read through the API server"
     )
@@ -146,6 +175,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         webhook_url=getattr(args, "webhook_url", None),
         ca_file=getattr(args, "ca_file", None),
         lockd_url=getattr(args, "lockd_url", None),
+        inputs=tuple(getattr(args, "inputs", ())),
+        from_peer=getattr(args, "from_peer", None),
     )
 
 
@@ -156,7 +187,54 @@ def check_policy(settings: Settings, *, out: TextIO, err: TextIO) -> ExitCode:
         for line in verdict.errors:
             print(line, file=err)
         return ExitCode.INVALID_POLICY
+    for line in checkpolicy.note_lines(verdict):
+        print(line, file=err)
     print(checkpolicy.summary(verdict), file=out)
+    return ExitCode.OK
+
+
+# A peer's configuration is a few kilobytes; more is not one (the policy file's own limit is 256 KiB).
+MAX_INPUT_BYTES = 1024 * 1024
+
+
+def _read_input(path: Path) -> Input:
+    try:
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+        else:
+            with path.open("rb") as handle:
+                text = handle.read(MAX_INPUT_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise Problem(f"{path}: cannot read it: {reason}", code=ExitCode.INVALID_POLICY) from error
+    if len(text) > MAX_INPUT_BYTES:
+        raise Problem(
+            f"{path}: larger than {MAX_INPUT_BYTES // 1024} KiB: refused", code=ExitCode.INVALID_POLICY
+        )
+    return Input(source="<stdin>" if str(path) == "-" else str(path), text=text)
+
+
+def convert(settings: Settings, *, out: TextIO, err: TextIO) -> ExitCode:
+    """The policy file on `out`; on `err` one line for each thing not carried over, then the notes."""
+    inputs = [_read_input(path) for path in settings.inputs]
+    try:
+        converted = convert_inputs(inputs, peer=settings.from_peer)
+    except UnknownFormat as error:
+        raise Problem(str(error), code=ExitCode.UNKNOWN_FORMAT) from error
+    except InvalidInput as error:
+        for line in error.errors:
+            print(line, file=err)
+        return ExitCode.INVALID_POLICY
+    except OutputDoesNotLoad as error:
+        raise Problem(
+            f"the converted policy file does not load (a bug in convert, please report it): {error}",
+            code=ExitCode.INVALID_POLICY,
+        ) from error
+    for line in converted.not_carried:
+        print(f"not carried over: {line}", file=err)
+    for line in converted.notes:
+        print(f"note: {line}", file=err)
+    out.write(converted.text)
     return ExitCode.OK
 
 
@@ -305,7 +383,13 @@ def selftest(settings: Settings, *, out: TextIO, err: TextIO) -> ExitCode:
     return ExitCode.OK if all(check.ok for check in checks) else ExitCode.SELFTEST_FAILED
 
 
-_COMMANDS = {"check-policy": check_policy, "status": status, "why": why, "selftest": selftest}
+_COMMANDS = {
+    "check-policy": check_policy,
+    "convert": convert,
+    "status": status,
+    "why": why,
+    "selftest": selftest,
+}
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:

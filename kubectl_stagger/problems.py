@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     NOT_INSTALLED = 4  # no stagger controller or lockd pods where we looked
     POD_NOT_FOUND = 5  # why: no such pod
     SELFTEST_FAILED = 6  # selftest: a check failed (each is one line on stdout)
+    UNKNOWN_FORMAT = 7  # convert: the input is none of the peers' formats convert reads
 
 
 class Problem(Exception):

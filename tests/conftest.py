@@ -64,11 +64,19 @@ KIND_FIXTURES = ("backend_kind", "control_plane_kind")
 """Parametrized with the kinds --control-plane picks."""
 
 REAL_FIXTURES = frozenset(
-    {"backend", "control_plane_kind", "control_plane", "control_plane_binaries", "promtool", "krew"}
+    {
+        "backend",
+        "control_plane_kind",
+        "control_plane",
+        "control_plane_binaries",
+        "promtool",
+        "krew",
+        "release_build",
+    }
 )
 """With `--control-plane real`, only tests using one of these run (`promtool`, `krew`: the chart's alert tests
 and the krew plugin's, which need tools built from Go like the control plane: tests/chart/test_monitoring.py,
-tests/kubectl_plugin/test_krew.py)."""
+tests/kubectl_plugin/test_krew.py; `release_build`: `make binaries`, tests/docs/test_make_targets.py)."""
 
 COSTLY_CODE = (
     "import subprocess",
