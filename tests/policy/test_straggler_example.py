@@ -1,4 +1,4 @@
-"""straggler's own policy example (its README, kept verbatim in data/straggler-readme-example.yaml) loads
+"""straggler's own policy example (its README, kept verbatim in tests/convert/data/straggler-readme-example.yaml) loads
 as stagger's policy file and means what straggler means by it: pods labelled `staggerimages: "1"`, one group
 per image, exponential pacing 4, 16, x4, released after 10m at the latest. And straggler's spellings, read
 as its Go decoder reads them (its struct fields have no json tags: `BypassLabelSelector`, as its README
@@ -14,7 +14,8 @@ import yaml
 from stagger.policy import ExponentialPacer, StaggeringPolicy, load_policy_file, parse_policy_text
 from stagger.selectors import LabelSelector
 
-EXAMPLE = Path(__file__).with_name("data") / "straggler-readme-example.yaml"
+# One copy of the peers' texts, shared with the convert tests.
+EXAMPLE = Path(__file__).parents[1] / "convert" / "data" / "straggler-readme-example.yaml"
 NOTE = "(keys match regardless of case, as Go's decoder does)"
 
 # The README's Deployment that goes with the example: its pod template's labels and image.
