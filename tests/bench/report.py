@@ -10,6 +10,8 @@ The benchmarks, each also runnable on its own:
   (`python -m tests.bench groups`);
 - what stagger buys on the simulated cluster (`python -m tests.bench buys`): writes OUT/buys.json, OUT/buys.md
   and OUT/buys.png itself.
+The real herd (`python -m tests.bench realherd`) and the controller at Kubernetes' published limits (`python -m
+tests.bench scale`) are not run: their last OUT/realherd.md and OUT/scale.md are included.
 """
 
 from __future__ import annotations
@@ -209,6 +211,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "run by `make bench`, which includes its last realherd.md; the plot is realherd.png).",
         "",
         *_included(out, "realherd.md"),
+        "",
+        "## 5. The controller at Kubernetes' published limits",
+        "",
+        "Command: `python -m tests.bench scale --pods 150000 --nodes 5000` (not run by `make bench`, which",
+        "includes its last scale.md, written by hand from that run and its profile).",
+        "",
+        *_included(out, "scale.md"),
         "",
     ]
     path = out / "REPORT.md"
