@@ -21,7 +21,7 @@ from tests.chart.schemagen import policies_schema
 from tests.tools import ROOT
 
 CHART_POLICIES = yaml.safe_load((CHART / "configs" / "_policies.yaml").read_text())
-STRAGGLER_EXAMPLE = yaml.safe_load((ROOT / "tests/policy/data/straggler-readme-example.yaml").read_text())
+STRAGGLER_EXAMPLE = yaml.safe_load((ROOT / "tests/convert/data/straggler-readme-example.yaml").read_text())
 GOOD_NODE = {"name": "default", "throttleConfig": {"maxConcurrent": {"perCore": 0.5}}}
 GOOD_GROUP = {
     "name": "web",
