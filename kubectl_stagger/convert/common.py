@@ -15,6 +15,7 @@ import yaml
 
 from stagger.objectnames import DNS1123_LABEL_MAX, is_dns1123_label
 from stagger.policy import NodePolicy, StaggeringPolicy
+from stagger.policy.rules import fold_key, lookup
 from stagger.selectors import LabelSelector, label_key_problem, label_value_problem
 
 __all__ = [
@@ -78,26 +79,17 @@ def yaml_documents(text: str) -> list[Any] | None:
         return None
 
 
-def _fold(key: str) -> str:
-    return key.casefold()
-
-
 def go_get(mapping: Mapping[Any, Any], field: str) -> Any:
     """`mapping[field]` as Go's encoding/json (and so sigs.k8s.io/yaml) fills a struct field: the key
-    spelt exactly, else the first one that equals it ignoring case. None when absent."""
-    if field in mapping:
-        return mapping[field]
-    folded = _fold(field)
-    for key, value in mapping.items():
-        if isinstance(key, str) and _fold(key) == folded:
-            return value
-    return None
+    spelt exactly, else one that equals it under Go's folding; None when absent. stagger's own policy file
+    is read the same way: this is its walker's lookup, typed for the converters' dict walking."""
+    return lookup(mapping, field)
 
 
 def unknown_keys(mapping: Mapping[Any, Any], fields: Iterable[str]) -> list[str]:
     """The keys of `mapping` that no field matches (Go's decoder drops them without a word)."""
-    known = {_fold(field) for field in fields}
-    return [str(key) for key in mapping if not (isinstance(key, str) and _fold(key) in known)]
+    known = {fold_key(field) for field in fields}
+    return [str(key) for key in mapping if not (isinstance(key, str) and fold_key(key) in known)]
 
 
 _NOT_IN_LABEL = re.compile(r"[^a-z0-9-]+")
