@@ -31,13 +31,15 @@ Times are epoch seconds (`time.time()`), the clock of creationTimestamp and the 
 Pure data and functions of `now`: no I/O, no asyncio.
 
 The parts: the records and constants (`records`), the indexed book (`book`), its decisions (`decisions`),
-and reading pods into records (`pods`). This package's names are their public API.
+the grantable set kept up to date pair by pair (`grantable_index`), and reading pods into records (`pods`).
+This package's names are their public API.
 """
 
 from __future__ import annotations
 
 from stagger.groupbook.book import GroupBook
 from stagger.groupbook.decisions import admit, decide, grantable
+from stagger.groupbook.grantable_index import GrantableIndex
 from stagger.groupbook.pods import controller_of, controller_uid, record_from_pod
 from stagger.groupbook.records import (
     DEFAULT_START_TIMEOUT,
@@ -64,6 +66,7 @@ __all__ = [
     "Claim",
     "Counts",
     "Decision",
+    "GrantableIndex",
     "GroupBook",
     "PodKey",
     "PodRecord",

@@ -74,6 +74,10 @@ class GroupBook:
     _owner_holds: dict[str, Any] = field(default_factory=dict, init=False)
     # Reservations of evict-mode holds: the arrival count when made, and the owner's reservation taken.
     _evict_reservations: dict[PodKey, tuple[int, Claim | None]] = field(default_factory=dict, init=False)
+    # Pairs whose counts or queues changed, and pods whose records changed, since `take_changed` was last
+    # called (GrantableIndex's work).
+    _changed: set[Pair] = field(default_factory=set, init=False)
+    _changed_keys: set[PodKey] = field(default_factory=set, init=False)
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -179,6 +183,17 @@ class GroupBook:
         if state is None:
             return []
         return [key for _, key in state.waiting if key not in self._reservations]
+
+    def has_changes(self) -> bool:
+        """Whether anything changed since `take_changed` was last called."""
+        return bool(self._changed or self._changed_keys)
+
+    def take_changed(self) -> tuple[set[Pair], set[PodKey]]:
+        """The pairs whose counts, queues or reservations changed since the last call (gone ones too), and
+        the pods whose records or reservations changed."""
+        changed, self._changed = self._changed, set()
+        keys, self._changed_keys = self._changed_keys, set()
+        return changed, keys
 
     # --- changing -----------------------------------------------------------------------------------
 
@@ -340,6 +355,7 @@ class GroupBook:
             while at and self._claims[waiting[at - 1]].since > claim.since:
                 at -= 1
             waiting.insert(at, claim.id)
+        self._changed.update(claim.pairs)
         for pair in claim.pairs:
             state = self._pairs.get(pair)
             if state is None:
@@ -354,6 +370,7 @@ class GroupBook:
             waiting.remove(claim_id)
             if not waiting:
                 del self._owner_claims[claim.owner]
+        self._changed.update(claim.pairs)
         for pair in claim.pairs:
             state = self._pairs[pair]
             state.claimed -= 1
@@ -398,6 +415,7 @@ class GroupBook:
     def _apply(self, record: PodRecord, *, reserved: bool, add: bool) -> None:
         phase = phase_of(record)
         key = record.key
+        self._changed_keys.add(key)
         if phase == "done":
             return  # a finished pod counts nowhere
         if phase == "waiting" and not record.pacer_groups:
@@ -415,6 +433,7 @@ class GroupBook:
                 if not add:
                     continue
                 state = self._pairs[pair] = _PairState()
+            self._changed.add(pair)
             if phase == "ready":
                 state.ready += 1 if add else -1
             elif phase == "starting":

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from stagger import pacers
 from stagger.durations import format_duration
@@ -21,7 +23,7 @@ from stagger.groupbook.records import (
 from stagger.matching import Pair
 from stagger.policy import StaggeringPolicy
 
-__all__ = ["admit", "decide", "grantable"]
+__all__ = ["NOTHING", "PairGrants", "admit", "decide", "grantable", "paced_in_full", "pair_grants", "unpaced"]
 
 
 def _max_blocked(record: PodRecord, policies: Mapping[str, StaggeringPolicy]) -> tuple[float, str] | None:
@@ -176,9 +178,77 @@ def _not_held(record: PodRecord) -> str:
     return "not held (bypassed)"
 
 
+@dataclass(frozen=True)
+class PairGrants:
+    """What one pair lets go now: the waiting pods its pacer admits (its oldest `room` unreserved ones;
+    all of them without a limit), those held there for the policy's maxBlockedDuration (released whatever
+    the pacer says), and when this answer next changes with time alone (None: not before the pair itself
+    changes): the moment a counted start-up passes startTimeout, or the next held pod reaches
+    maxBlockedDuration."""
+
+    admitted: tuple[PodKey, ...]
+    released: tuple[PodKey, ...]
+    due: float | None
+
+
+NOTHING = PairGrants(admitted=(), released=(), due=None)
+
+
+def pair_grants(book: GroupBook, pair: Pair, *, policy: StaggeringPolicy | None, now: float) -> PairGrants:
+    """`PairGrants` of one pair (call `book.expire(now)` first). Costs O(room + released + log n)."""
+    state = book._pairs.get(pair)
+    if state is None or not state.waiting:
+        return NOTHING
+    reservations = book._reservations
+    released: list[PodKey] = []
+    limit: int | None = None
+    due: float | None = None
+    if policy is not None:
+        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        limit = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
+        # A pod's own maxBlockedDuration is the smallest of its policies', so whatever has been held
+        # this policy's long is released, and every released pod is found in the queue of the
+        # policy whose deadline it passed.
+        deadline = now - policy.max_blocked_duration
+        for created, key in state.waiting:
+            if created > deadline:
+                due = created + policy.max_blocked_duration
+                break
+            if key not in reservations:
+                released.append(key)
+        counted = state.starting.bisect_left((math.nextafter(now - policy.start_timeout, math.inf),))
+        if counted < len(state.starting):
+            ends = state.starting[counted][0] + policy.start_timeout
+            due = ends if due is None else min(due, ends)
+    admitted: list[PodKey] = []
+    for _, key in state.waiting:
+        if limit is not None and len(admitted) >= limit:
+            break
+        if key not in reservations:
+            admitted.append(key)
+    return PairGrants(admitted=tuple(admitted), released=tuple(released), due=due)
+
+
+def unpaced(book: GroupBook) -> set[PodKey]:
+    """The waiting pods that go whatever the pacers say: those held by hand although bypassed everywhere
+    (in no queue), and those that go against their owner's reservation (`GroupBook.owner_claim`); never
+    a reserved one. Small: O(such pods + the owners with reservations)."""
+    reservations = book._reservations
+    keys = {key for key in book._unqueued if key not in reservations}
+    keys.update(key for key, _ in book.owner_releases())
+    return keys
+
+
+def paced_in_full(book: GroupBook, key: PodKey, *, admitting: int) -> bool:
+    """Whether a pod admitted by `admitting` of its pairs is admitted by every pair it waits for."""
+    record = book._records.get(key)
+    return record is not None and bool(record.pacer_groups) and admitting == len(record.pacer_groups)
+
+
 def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now: float) -> list[PodKey]:
     """Every waiting pod that `decide` would grant now, oldest first (the gate-mode reconciler removes
-    the gates of the gated ones). Does not reserve: reserve each pod you act on.
+    the gates of the gated ones). Does not reserve: reserve each pod you act on. Recomputes every pair:
+    `GrantableIndex` keeps the same answer up to date pair by pair.
 
     Granting all of them together never over-grants: a pair admits only its oldest `room` unreserved
     waiting pods, so at most `room` paced grants land in any pair (pods released by maxBlockedDuration
@@ -186,35 +256,13 @@ def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now:
     on top too, but each takes its reservation, a place counted already). Costs O(room + released) per
     pair with waiting pods, O(waiting) for pairs without a limit."""
     book.expire(now)
-    reservations = book._reservations
-    chosen = {key for key in book._unqueued if key not in reservations}
-    chosen.update(key for key, _ in book.owner_releases())
+    chosen = unpaced(book)
     admitted: dict[PodKey, int] = {}
-    for pair, state in book._pairs.items():
-        if not state.waiting:
-            continue
-        policy = policies.get(pair[0])
-        limit: int | None = None
-        if policy is not None:
-            counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
-            limit = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
-            # A pod's own maxBlockedDuration is the smallest of its policies', so whatever has been held
-            # this policy's long is released, and every released pod is found in the queue of the
-            # policy whose deadline it passed.
-            deadline = now - policy.max_blocked_duration
-            for created, key in state.waiting:
-                if created > deadline:
-                    break
-                if key not in reservations:
-                    chosen.add(key)
-        taken = 0
-        for _, key in state.waiting:
-            if limit is not None and taken >= limit:
-                break
-            if key in reservations:
-                continue
+    for pair in book._pairs:
+        grants = pair_grants(book, pair, policy=policies.get(pair[0]), now=now)
+        chosen.update(grants.released)
+        for key in grants.admitted:
             admitted[key] = admitted.get(key, 0) + 1
-            taken += 1
     # Admitted by every pair it waits for.
-    chosen.update(key for key, count in admitted.items() if count == len(book._records[key].pacer_groups))
+    chosen.update(key for key, count in admitted.items() if paced_in_full(book, key, admitting=count))
     return sorted(chosen, key=lambda key: (book._records[key].created, key))

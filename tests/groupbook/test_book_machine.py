@@ -7,7 +7,9 @@ book) equal a recount of every record; no pair is left behind empty. At every gr
 room in each of its pairs and was among the oldest `room` waiting pods there, so a pair's Ready + starting
 never goes over its pacer's allowance because of paced grants; pods released by maxBlockedDuration or
 bypass are the only ones that may go over, and are counted separately. `grantable` returns exactly the
-pods the model says may go, and `decide` agrees with it."""
+pods the model says may go, and `decide` agrees with it. After every step `GrantableIndex`, kept up to date
+pair by pair (changed pairs, and those due by time alone), holds the same pods as `grantable` recomputed
+over every pair, and its update names every pod that became grantable."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from stagger import groupbook, pacers
-from stagger.groupbook import RESERVATION_SECONDS, Counts, GroupBook, PodKey, PodRecord
+from stagger.groupbook import RESERVATION_SECONDS, Counts, GrantableIndex, GroupBook, PodKey, PodRecord
 from stagger.policy import ExponentialPacer, LinearPacer, MaxConcurrentPacer, Pacer, StaggeringPolicy
 from stagger.selectors import LabelSelector
 
@@ -60,6 +62,8 @@ class BookMachine(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.book = GroupBook()
+        self.index = GrantableIndex()
+        self.indexed: set[PodKey] = set()
         self.now = 1_000_000.0
         self.records: dict[PodKey, PodRecord] = {}
         self.reserved_at: dict[PodKey, float] = {}
@@ -303,6 +307,18 @@ class BookMachine(RuleBasedStateMachine):
             assert actual == self.model_counts(pair), pair
         assert set(self.book.pairs()) == self.counted_pairs()  # no empty pair left behind
         assert len(self.book) == len(self.records)
+
+    @invariant()
+    def index_matches_a_recompute(self) -> None:
+        if not hasattr(self, "book"):
+            return
+        became = self.index.update(self.book, policies=POLICIES, now=self.now)
+        full = groupbook.grantable(self.book, policies=POLICIES, now=self.now)
+        assert self.index.keys(self.book) == full
+        assert set(full) - self.indexed <= became  # every newly grantable pod is named (to wake its waits)
+        self.indexed = set(full)
+        due = self.index.next_due()
+        assert due is None or due > self.now
 
 
 BookMachine.TestCase.settings = settings(

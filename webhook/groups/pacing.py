@@ -7,10 +7,14 @@ reserves what it grants, and signals every change. Every question is answered fr
 
 Change signalling: each change of the book bumps `version` and sets the current `asyncio.Event`, which is
 then replaced, so a waiter that looked at version N and waits on the event of version N never misses a
-change. Pacer room also changes with time alone (a start-up older than `startTimeout` stops counting, a
-pod held for `maxBlockedDuration` is released), so while anyone waits the set of grantable pods is
-recomputed at least every `RECHECK_SECONDS`. The set is computed once per change and shared by all
-waiters: the cost of a change grows with the groups that have waiting pods, not with the nodes asking.
+change (the reconcilers and the steward wait so). The nodes' long polls do not: at 5,000 nodes, waking
+every one of them at each of some 500 changes a second filled the controller's loop (tests/bench
+REPORT.md, section 5). The grantable set is kept by `groupbook.GrantableIndex`, recomputed only for the
+pairs that changed (once per loop iteration, however many changes it brought), and a long poll is woken
+only when one of the pods it names becomes grantable. Pacer room also changes with time alone (a start-up
+older than `startTimeout` stops counting, a pod held for `maxBlockedDuration` is released): while anyone
+waits, one timer brings the set up to date when the index says it is due, and at least every
+`RECHECK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagger import groupbook, pacers
-from stagger.groupbook import AdmitDecision, Claim, Decision, GroupBook, PodKey, PodRecord
+from stagger.groupbook import AdmitDecision, Claim, Decision, GrantableIndex, GroupBook, PodKey, PodRecord
 from stagger.matching import Pair
 from stagger.names import Names
 from stagger.policy import StaggeringPolicy
@@ -33,7 +37,8 @@ __all__ = ["RECHECK_SECONDS", "GroupRow", "Pacing", "group_rows"]
 
 logger = logging.getLogger(__name__)
 
-# How often waiters re-check when nothing changes (time-based room: startTimeout, maxBlockedDuration).
+# How often the grantable set is brought up to date at least while anyone waits, when nothing changes
+# (time-based room: startTimeout, maxBlockedDuration; the index names the next such moment, this bounds it).
 RECHECK_SECONDS = 1.0
 # How long an evicted pod's uid is remembered, so that a stale watch event (one from before the eviction,
 # delivered late) cannot bring it back into the book as held and get it evicted twice.
@@ -89,8 +94,15 @@ class Pacing:
     granting: bool = False
     version: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
-    _grantable: tuple[int, float, tuple[PodKey, ...], frozenset[PodKey]] | None = None
+    _index: GrantableIndex = field(default_factory=GrantableIndex)
+    _stale: bool = True  # the book changed since the index was brought up to date
+    _rebuild: bool = False  # the policies changed: every pair is recomputed
     _waiters: int = 0
+    # The long polls waiting now: each one's event, under every pod it names.
+    _waits: set[asyncio.Event] = field(default_factory=set)
+    _watchers: dict[PodKey, set[asyncio.Event]] = field(default_factory=dict)
+    _refresh_soon: asyncio.Handle | None = None
+    _ticker: asyncio.TimerHandle | None = None
     # Evictions in flight (uid -> the record as evicted) and done (uid -> when, and the owner's claim).
     _evicting: dict[str, PodRecord] = field(default_factory=dict)
     _evicted: dict[str, tuple[float, Claim | None]] = field(default_factory=dict)
@@ -131,6 +143,7 @@ class Pacing:
     ) -> None:
         """A reloaded policy file: bypass selectors may have changed, so every record is read again."""
         self.policies = {policy.name: policy for policy in policies}
+        self._rebuild = True
         for pod in pods:
             self.pod_changed(pod)
         self._bump()
@@ -190,6 +203,12 @@ class Pacing:
             self._bump()
         return decision
 
+    def unreserve(self, key: PodKey) -> None:
+        """Take back a grant that could not be put on its pod (`GroupBook.unreserve`): its place is free again
+        at once, and the waits for the pods that may now go are woken."""
+        self.book.unreserve(key)
+        self._bump()
+
     def evicting(self, record: PodRecord) -> None:
         """An eviction of this pod is about to be sent (the pod is reserved)."""
         if record.uid:
@@ -224,39 +243,81 @@ class Pacing:
         return claim
 
     def grantable(self) -> tuple[PodKey, ...]:
-        """The held pods that may go now, oldest first (cached per change, recomputed when
-        RECHECK_SECONDS passed)."""
-        return self._grantable_now()[0]
+        """The held pods that may go now, oldest first."""
+        return tuple(self._current().keys(self.book))
 
-    def _grantable_now(self) -> tuple[tuple[PodKey, ...], frozenset[PodKey]]:
-        now = self.clock()
-        cached = self._grantable
-        if cached is not None and cached[0] == self.version and now - cached[1] < RECHECK_SECONDS:
-            return cached[2], cached[3]
-        keys = tuple(groupbook.grantable(self.book, policies=self.policies, now=now))
-        self._grantable = (self.version, now, keys, frozenset(keys))
-        return keys, self._grantable[3]
+    def _current(self) -> GrantableIndex:
+        """The index, brought up to date if the book changed or time-based room is due."""
+        due = self._index.next_due()
+        if (
+            self._stale
+            or self._rebuild
+            or self.book.has_changes()
+            or (due is not None and due <= self.clock())
+        ):
+            self._refresh()
+        return self._index
+
+    def _refresh(self) -> None:
+        if self._refresh_soon is not None:
+            self._refresh_soon.cancel()  # done now (a no-op when this is that call)
+            self._refresh_soon = None
+        everything, self._rebuild, self._stale = self._rebuild, False, False
+        became = self._index.update(
+            self.book, policies=self.policies, now=self.clock(), everything=everything
+        )
+        for key in became:
+            for event in self._watchers.get(key, ()):
+                event.set()
 
     async def wait_grantable(self, keys: Sequence[PodKey], *, within: float) -> list[PodKey]:
         """The pods among `keys` that may go now; if none, waits (at most `within` seconds) until one may.
-        Returns [] when that time is up, or as soon as this replica stops granting."""
-        wanted = set(keys)
+        Returns [] when that time is up, or as soon as this replica stops granting. Woken only when one of
+        `keys` becomes grantable (or granting stops), not at every change of the book."""
         deadline = time.monotonic() + within
+        event = asyncio.Event()
         self._waiters += 1
+        self._waits.add(event)
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(event)
+        self._tick_soon()
         try:
             while self.granting:
-                event = self._changed
-                allowed = self._grantable_now()[1]
-                found = [key for key in keys if key in allowed] if wanted else []
+                event.clear()
+                index = self._current()
+                found = [key for key in keys if key in index]
                 if found:
                     return found
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                await wait_event(event, within=min(remaining, RECHECK_SECONDS))
+                await wait_event(event, within=remaining)
             return []
         finally:
             self._waiters -= 1
+            self._waits.discard(event)
+            for key in keys:
+                watching = self._watchers.get(key)
+                if watching is not None:
+                    watching.discard(event)
+                    if not watching:
+                        del self._watchers[key]
+
+    def _tick_soon(self) -> None:
+        """While anyone waits, bring the set up to date when time alone changes it (at least every
+        RECHECK_SECONDS): one update for all the waiters, which wakes only those whose pods may go."""
+        if self._ticker is not None or not self._waits:
+            return
+        due = self._index.next_due()
+        # At least 10 ms: a due time a float's rounding away from now must not spin the loop.
+        delay = RECHECK_SECONDS if due is None else min(RECHECK_SECONDS, max(0.01, due - self.clock()))
+        self._ticker = asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        self._ticker = None
+        if self._waits:
+            self._refresh()
+            self._tick_soon()
 
     @property
     def waiters(self) -> int:
@@ -267,6 +328,8 @@ class Pacing:
         if granting != self.granting:
             self.granting = granting
             self._bump()
+            for event in self._waits:
+                event.set()  # they answer [] at once
 
     def rows(self) -> list[GroupRow]:
         return group_rows(self.book, policies=self.policies, now=self.clock())
@@ -277,6 +340,10 @@ class Pacing:
         self.version += 1
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+        self._stale = True
+        if self._watchers and self._refresh_soon is None:
+            # Once per loop iteration, however many changes it brings (a watch event, a grant).
+            self._refresh_soon = asyncio.get_running_loop().call_soon(self._refresh)
 
     async def changed(self, *, since: int, within: float) -> None:
         """Returns when the book has changed since `since` (a `version` read before), or after `within` seconds."""

@@ -127,7 +127,7 @@ class EvictionReconciler(Releaser):
         # tried again after its back-off, at the next change or recheck, not in a tight loop.
         self.stats.count(result)
         self._result(result)
-        self._pacing.book.unreserve(key)  # nothing to take back if the watch saw the pod go already
+        self._pacing.unreserve(key)  # nothing to take back if the watch saw the pod go already
         if result == "gone":
             self._backoffs.pop(key, None)
             return

@@ -109,7 +109,7 @@ class GateReconciler(Releaser):
         # tried again at the next change or recheck, not in a tight loop.
         self.stats.failed += 1
         self._removed("error")
-        self._pacing.book.unreserve(key)
+        self._pacing.unreserve(key)
 
     async def release(self, record: PodRecord, reason: str) -> None:
         key = record.key
