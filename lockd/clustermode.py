@@ -28,6 +28,7 @@ from lockd.settings import Settings
 from stagger import events, kube
 from stagger.informer import InformerSettings
 from stagger.names import Names
+from stagger.waiting import stop_tasks
 
 __all__ = ["install"]
 
@@ -179,6 +180,4 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
         yield
         if recorder is not None:
             await recorder.drain(within=1.0)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(tasks)

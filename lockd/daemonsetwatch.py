@@ -24,6 +24,7 @@ from lockd.daemonsets import (
 )
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import DAEMONSETS, RestClient, WatchEventType
+from stagger.waiting import stop_tasks
 
 __all__ = ["DaemonSetWatch"]
 
@@ -164,9 +165,7 @@ class DaemonSetWatch:
                     self._toggled.clear()
                     await self._toggled.wait()
             finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await stop_tasks(tasks)
                 self.informer, self._view, self._last = None, None, []
                 self._missing.reset()
             logger.info("stopped watching DaemonSets (no waitForDaemonSets)")

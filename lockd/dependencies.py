@@ -31,6 +31,7 @@ from stagger.durations import format_duration
 from stagger.policy import Dependency
 from stagger.timestamps import format_rfc3339
 from stagger.version import VERSION
+from stagger.waiting import stop_tasks
 
 __all__ = [
     "NOT_CHECKED",
@@ -296,9 +297,7 @@ class DependencyChecks:
                         )
                 await self._changed.wait()
         finally:
-            for task in loops.values():
-                task.cancel()
-            await asyncio.gather(*loops.values(), return_exceptions=True)
+            await stop_tasks(loops.values())
 
     async def _keep_checking(
         self, dependency: Dependency, *, session: aiohttp.ClientSession, on_change: Callable[[], None]

@@ -25,11 +25,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from stagger.throttles import LoadSample
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 PROC_ROOT = Path("/proc")
 # How often /proc/loadavg is read: the kernel recomputes it every 5 s (LOAD_FREQ), and pod-pacemaker reads
@@ -121,8 +123,7 @@ class SystemLoad:
         self._psi_path = proc_root / "pressure" / "io"
         self._loadavg_path = proc_root / "loadavg"
         self._clock = clock
-        self._warned = False
-        self._loadavg_warned = False
+        self._failing: set[Path] = set()  # the files whose last read failed (and was warned of)
         # Shares are measured between reads: this first reading is the start of the first interval.
         self._last = self._times()
         self._cpu: float | None = None
@@ -131,33 +132,39 @@ class SystemLoad:
         self._load1_at: float | None = None
 
     def _times(self) -> CpuTimes | None:
-        try:
-            times = parse_proc_stat(self._stat_path.read_text())
-            problem = "no cpu line in it"
-        except OSError as err:
-            times, problem = None, str(err)
-        if times is None and not self._warned:
-            # Once, not every second: a load throttle with no reading does not act (it fails open).
-            logger.warning(
-                "cannot read CPU times from %s (%s); CPU load unknown until it can", self._stat_path, problem
-            )
-        self._warned = times is None
-        return times
+        return self._read(
+            self._stat_path,
+            parse_proc_stat,
+            unparsed="no cpu line in it",
+            warning="cannot read CPU times from %s (%s); CPU load unknown until it can",
+        )
 
     def _read_load1(self) -> float | None:
+        return self._read(
+            self._loadavg_path,
+            parse_loadavg,
+            unparsed="not a load average",
+            warning="cannot read the load average from %s (%s); loadAvg does not hold pods until it can",
+        )
+
+    def _read(
+        self, path: Path, parse: Callable[[str], _T | None], *, unparsed: str, warning: str
+    ) -> _T | None:
+        """`parse` of the file at `path`, or None when it cannot be read or `parse` finds nothing in it (why:
+        `unparsed`). The `warning` (formatted with the path and why) is logged when a file starts failing."""
         try:
-            load1 = parse_loadavg(self._loadavg_path.read_text())
-            problem = "not a load average"
+            value = parse(path.read_text())
+            problem = unparsed
         except OSError as err:
-            load1, problem = None, str(err)
-        if load1 is None and not self._loadavg_warned:
-            logger.warning(
-                "cannot read the load average from %s (%s); loadAvg does not hold pods until it can",
-                self._loadavg_path,
-                problem,
-            )
-        self._loadavg_warned = load1 is None
-        return load1
+            value, problem = None, str(err)
+        if value is None and path not in self._failing:
+            # Once, not every second: a load throttle with no reading does not act (it fails open).
+            logger.warning(warning, path, problem)
+        if value is None:
+            self._failing.add(path)
+        else:
+            self._failing.discard(path)
+        return value
 
     def read(self) -> LoadSample:
         taken_at = self._clock()

@@ -38,25 +38,37 @@ def _header(name: str, kind: str, help_text: str) -> list[str]:
     return [f"# HELP {name} {escaped}", f"# TYPE {name} {kind}"]
 
 
-class Counter:
-    """A counter with one label (or none): `labels(x).inc()`, or `count(x)` on the request path."""
+class _Family:
+    """Samples by the value of one label (or, without a label, the one sample under ""): what a counter and
+    a gauge family share, so both write their lines the same way."""
+
+    kind = ""
+    suffix = ""  # after the name on every line: a counter's `_total`
 
     def __init__(self, name: str, help_text: str, label: str | None = None) -> None:
         self.name, self.help, self.label = name, help_text, label
         self.values: dict[str, float] = {}
+
+    def render(self) -> list[str]:
+        series = f"{self.name}{self.suffix}"
+        lines = _header(series, self.kind, self.help)
+        for value, number in self.values.items():
+            labels = f'{{{self.label}="{_escape(value)}"}}' if self.label else ""
+            lines.append(f"{series}{labels} {_number(number)}")
+        return lines
+
+
+class Counter(_Family):
+    """A counter with one label (or none): `labels(x).inc()`, or `count(x)` on the request path."""
+
+    kind = "counter"
+    suffix = "_total"
 
     def count(self, value: str = "", amount: float = 1) -> None:
         self.values[value] = self.values.get(value, 0) + amount
 
     def labels(self, **labels: str) -> _Child:
         return _Child(self, next(iter(labels.values()), ""))
-
-    def render(self) -> list[str]:
-        lines = _header(f"{self.name}_total", "counter", self.help)
-        for value, total in self.values.items():
-            labels = f'{{{self.label}="{_escape(value)}"}}' if self.label else ""
-            lines.append(f"{self.name}_total{labels} {_number(total)}")
-        return lines
 
 
 @dataclass(frozen=True)
@@ -93,25 +105,20 @@ class Gauge:
         return [*_header(self.name, "gauge", self.help), *sample]
 
 
-class GaugeFamily:
+class GaugeFamily(_Family):
     """A gauge with one label: a sample per label value set, none for a value removed (its subject is gone:
     an absent series, not a stale one)."""
 
+    kind = "gauge"
+
     def __init__(self, name: str, help_text: str, label: str) -> None:
-        self.name, self.help, self.label = name, help_text, label
-        self.values: dict[str, float] = {}
+        super().__init__(name, help_text, label)  # here the label is required: a sample per subject
 
     def set(self, value: str, number: float) -> None:
         self.values[value] = float(number)
 
     def remove(self, value: str) -> None:
         self.values.pop(value, None)
-
-    def render(self) -> list[str]:
-        lines = _header(self.name, "gauge", self.help)
-        for value, number in self.values.items():
-            lines.append(f'{self.name}{{{self.label}="{_escape(value)}"}} {_number(number)}')
-        return lines
 
 
 @dataclass(frozen=True)

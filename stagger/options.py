@@ -338,14 +338,19 @@ def _names(cls: type[Any]) -> set[str]:
     return top.union(*({f.name for f in dataclasses.fields(group)} for group in groups.values()))
 
 
+def _check_names(cls: type[Any], values: Mapping[str, Any]) -> None:
+    """A misspelt setting is a bug in the caller: said at once, not dropped."""
+    unknown = set(values) - _names(cls)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+
+
 def grouped(cls: type[T], values: Mapping[str, Any]) -> T:
     """The settings dataclass `cls` from flat values by option `dest`: a field that is a group (a frozen
     dataclass, as kopf groups its settings) is built from the values named like its own fields, the other
     fields from the value of their name; what is not given keeps its default. Field names are unique
     across the groups, so that an option's `dest` is its field's name wherever it lives."""
-    unknown = set(values) - _names(cls)
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+    _check_names(cls, values)
     groups = _groups(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -363,9 +368,7 @@ def regrouped(settings: T, **values: Any) -> T:
     """`settings` with the given settings changed, named flat as in `grouped` (tests and tools build a
     variant this way: `regrouped(settings, node_name="n")`)."""
     cls = type(settings)
-    unknown = set(values) - _names(cls)
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(unknown))}")
+    _check_names(cls, values)
     groups = _groups(cls)
     top = {f.name for f in dataclasses.fields(cls) if f.name not in groups}
     changes: dict[str, Any] = {k: v for k, v in values.items() if k in top}

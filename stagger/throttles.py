@@ -331,24 +331,23 @@ class NodeThrottle:
         if config.cpu_max_load is None and config.io_max_load is None:
             return ALLOWED
         grants = self._stat.at(sample.taken_at)
-        verdict = check_load(
-            kind="cpu",
-            max_load=config.cpu_max_load,
-            current=sample.cpu_percent,
-            source=sample.source,
-            grants=grants,
-            increment_by=config.cpu_increment_by,
+        # cpu, then io: both read from the same sample, each with its own maxLoad and incrementBy.
+        percents: tuple[tuple[Literal["cpu", "io"], float | None, float | None, float], ...] = (
+            ("cpu", config.cpu_max_load, sample.cpu_percent, config.cpu_increment_by),
+            ("io", config.io_max_load, sample.io_percent, config.io_increment_by),
         )
-        if not verdict.allowed:
-            return verdict
-        return check_load(
-            kind="io",
-            max_load=config.io_max_load,
-            current=sample.io_percent,
-            source=sample.source,
-            grants=grants,
-            increment_by=config.io_increment_by,
-        )
+        for kind, max_load, current, increment_by in percents:
+            verdict = check_load(
+                kind=kind,
+                max_load=max_load,
+                current=current,
+                source=sample.source,
+                grants=grants,
+                increment_by=increment_by,
+            )
+            if not verdict.allowed:
+                return verdict
+        return ALLOWED
 
     def commit(self) -> None:
         """Record that a slot was granted: it takes a rate-limit token, and counts against the current

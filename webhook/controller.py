@@ -20,6 +20,7 @@ from stagger.contracts import groups as contract
 from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord
 from stagger.informer import InformerSettings
+from stagger.waiting import stop_tasks
 from webhook import app as admission_app
 from webhook import failopens, groups, leader
 from webhook.app import (
@@ -196,11 +197,8 @@ async def _running(
         pacing.set_granting(False)
         await drain_reservations(pacing, within=app[SETTINGS].groups.grant_drain)
         if election is not None:
-            election.cancel()
-            await asyncio.gather(election, return_exceptions=True)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            await stop_tasks([election])
+        await stop_tasks(tasks)
         await events.drain(within=1.0)
 
 

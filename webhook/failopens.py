@@ -30,6 +30,7 @@ from stagger.groupbook import pair_label
 from stagger.kube import PODS, ApiError, RestClient, WatchEventType
 from stagger.names import Names
 from stagger.objects import Obj
+from stagger.waiting import stop_tasks
 from webhook.admission.inject import HOLD_CONTAINER
 from webhook.app import METRICS
 from webhook.groups.podwatch import PodWatch
@@ -182,8 +183,7 @@ class FailOpens:
                 finally:
                     self._queued.discard(str(pod["metadata"].get("uid", "")))
         finally:
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            await stop_tasks([sweeper])
 
     async def _sweep(self) -> None:
         while True:

@@ -16,9 +16,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stagger.objectnames import is_dns1123_label
 from stagger.policy.model import NodePolicy
-from stagger.policy.rules import Findings, Key, Rule, anything, error, integer, join, lookup, mapping, one_of
+from stagger.policy.rules import (
+    DNS_LABEL_SPELLED,
+    Findings,
+    Key,
+    Rule,
+    anything,
+    dns_label_check,
+    error,
+    integer,
+    join,
+    lookup,
+    mapping,
+    one_of,
+)
 from stagger.policy.schema import throttle_config
 from stagger.selectors import LabelSelector, label_key_problem, label_value_problem
 
@@ -61,16 +73,10 @@ def is_kubernetes_object(document: Mapping[Any, Any]) -> bool:
     return lookup(document, "kind") is not None or lookup(document, "apiVersion") is not None
 
 
-def _check_policy_name(value: object, path: str, found: Findings) -> Any:
-    if not isinstance(value, str) or not is_dns1123_label(value):
-        return error(
-            found,
-            path,
-            "cannot be a stagger node policy name: must be a DNS-1123 label (at most 63 lowercase letters, "
-            "digits or '-', starting and ending with a letter or digit)",
-            value,
-        )
-    return value
+# A PacemakerConfig's name may be any object name; it becomes a node policy's, which must be a DNS-1123 label.
+_check_policy_name = dns_label_check(
+    f"cannot be a stagger node policy name: must be a DNS-1123 label ({DNS_LABEL_SPELLED})"
+)
 
 
 def _label_path(path: str, key: object) -> str:

@@ -23,6 +23,7 @@ from stagger.objectnames import DNS1123_LABEL_MAX, is_dns1123_label
 
 __all__ = [
     "DECIMAL_TEXT",
+    "DNS_LABEL_SPELLED",
     "MAX_INTEGER",
     "Check",
     "Findings",
@@ -31,6 +32,7 @@ __all__ = [
     "anything",
     "boolean",
     "dns_label",
+    "dns_label_check",
     "duration",
     "error",
     "fold_key",
@@ -234,20 +236,27 @@ def one_of(*choices: str) -> Rule:
     return Rule(check, {"enum": list(choices)})
 
 
-def _check_dns_label(value: object, path: str, found: Findings) -> Any:
-    if not isinstance(value, str) or not is_dns1123_label(value):
-        return error(
-            found,
-            path,
-            "must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', "
-            "starting and ending with a letter or digit",
-            value,
-        )
-    return value
+# What a DNS-1123 label is, in the words of every error that asks for one.
+DNS_LABEL_SPELLED = (
+    f"at most {DNS1123_LABEL_MAX} lowercase letters, digits or '-', "
+    "starting and ending with a letter or digit"
+)
+
+
+def dns_label_check(message: str) -> Check:
+    """A check that the value is a DNS-1123 label, whose error is `message` (it may say what the label
+    names, as a format's own words for it)."""
+
+    def check(value: object, path: str, found: Findings) -> Any:
+        if not isinstance(value, str) or not is_dns1123_label(value):
+            return error(found, path, message, value)
+        return value
+
+    return check
 
 
 dns_label = Rule(
-    _check_dns_label,
+    dns_label_check(f"must be a DNS-1123 label: {DNS_LABEL_SPELLED}"),
     {"type": "string", "maxLength": DNS1123_LABEL_MAX, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
 )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from stagger.kube import LEASES, PODS, ApiError, RestClient
 from stagger.names import Names
+from stagger.waiting import stop_tasks
 from webhook.leader.lease import Action, LeaseRecord, Observed, Timings, decide, leader_label, release_record
 
 __all__ = ["Hook", "LeaderElector", "LeaderState", "NewLeaderHook"]
@@ -378,8 +379,7 @@ class LeaderElector:
     async def _shut_down(self, labeller: asyncio.Task[None] | None) -> None:
         self._stop_leading("shutting down", level=logging.INFO)
         if labeller is not None:
-            labeller.cancel()
-            await asyncio.gather(labeller, return_exceptions=True)
+            await stop_tasks([labeller])
         try:
             async with asyncio.timeout(self._timings.renew_deadline):
                 if self._release_on_cancel:
