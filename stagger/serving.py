@@ -24,6 +24,7 @@ import logging
 import re
 import signal
 import ssl
+from asyncio import sslproto
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -46,6 +47,7 @@ __all__ = [
     "json_response",
     "make_runner",
     "serve",
+    "set_tls_read_buffer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -215,6 +217,20 @@ def make_runner(
         shutdown_timeout=shutdown_timeout,
         access_log=access_log,
     )
+
+
+def set_tls_read_buffer(size: int) -> None:
+    """Let asyncio's TLS connections of this process read with a buffer of `size` bytes.
+
+    asyncio allocates a read buffer of `SSLProtocol.max_size` (256 KiB) for every TLS connection, client or
+    server (Lib/asyncio/sslproto.py: `self._ssl_buffer = bytearray(self.max_size)`), and a documented
+    setting to change it there is not: it is a class attribute. The controller holds one long poll open per
+    node, so at 5,000 nodes that buffer alone is 1.25 GiB (tests/bench REPORT.md, section 5). A TLS record
+    carries at most 16 KiB of data, so a buffer of one record loses nothing but a few more reads of a large
+    body. Process-wide by necessity: called from a `__main__`, never by a library."""
+    if size < 1024:
+        raise ValueError(f"a TLS read buffer of {size} bytes is too small (at least 1024)")
+    sslproto.SSLProtocol.max_size = size
 
 
 class ListenError(OSError):

@@ -42,6 +42,7 @@ def serve(settings: Settings, application: web.Application) -> Coroutine[Any, An
     """The controller's two listeners (admission, with TLS if configured, and the probes), until SIGTERM
     or SIGINT."""
     access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
+    serving.set_tls_read_buffer(settings.server.tls_read_buffer)
     certificate = application.get(controller_app.CERTIFICATE)
     main_listener = serving.Listener(
         _runner(application, settings=settings, access_log=access_log),

@@ -43,6 +43,7 @@ __all__ = ["DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "build_pa
 # kube-apiserver accepts request bodies of at most 3 MiB, so a pod in an AdmissionReview (once, on CREATE)
 # is no larger than that.
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
+DEFAULT_TLS_READ_BUFFER = 16 * 1024
 
 
 def default_identity() -> str:
@@ -100,6 +101,8 @@ class ServerSettings:
     # after it.
     header_timeout: float = 10.0
     max_body: int = DEFAULT_MAX_BODY
+    # Per TLS connection (asyncio's own is 256 KiB): one TLS record, so 5,000 nodes' long polls fit.
+    tls_read_buffer: int = DEFAULT_TLS_READ_BUFFER
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
            f"largest request body in bytes; larger gets 413 (default {DEFAULT_MAX_BODY}: the API server "
            "sends objects of at most about 3 MiB)", whole(1024), "BYTES"),
+    Option("--tls-read-buffer", ("STAGGER_TLS_READ_BUFFER",), "tls_read_buffer",
+           f"bytes each TLS connection reads with (default {DEFAULT_TLS_READ_BUFFER}, one TLS record; asyncio's "
+           "own is 262144, which costs 256 KiB for every node's open long poll)", whole(1024, maximum=1 << 20),
+           "BYTES"),
     options.LOG_LEVEL,
     Option("--no-leader-elect", ("STAGGER_NO_LEADER_ELECT",), "no_leader_elect",
            "run as the only replica: always the leader, no Lease (for one replica; two would both grant)",

@@ -27,6 +27,7 @@ def test_defaults() -> None:
     assert settings.policy.reload_interval == settings.server.shutdown_timeout == 5.0
     assert settings.server.header_timeout == 10.0
     assert settings.server.max_body == DEFAULT_MAX_BODY == 3 * 1024 * 1024
+    assert settings.server.tls_read_buffer == 16 * 1024
     assert settings.prefix == DEFAULT_PREFIX
     assert settings.log_level == "info"
     assert settings.policy.policies is settings.serving.token_file is settings.cluster.kubeconfig is None
@@ -48,6 +49,7 @@ def test_every_flag() -> None:
             "--shutdown-timeout", "20s",
             "--header-timeout", "1m",
             "--max-body", "65536",
+            "--tls-read-buffer", "65536",
             "--log-level", "DEBUG",
         ],
         {},
@@ -71,6 +73,7 @@ def test_every_flag() -> None:
             shutdown_timeout=20.0,
             header_timeout=60.0,
             max_body=65536,
+            tls_read_buffer=65536,
             log_level="debug",
         ),
     )
@@ -92,6 +95,7 @@ def test_every_option_from_the_environment() -> None:
         "STAGGER_SHUTDOWN_TIMEOUT": "2s",
         "STAGGER_HEADER_TIMEOUT": "3s",
         "STAGGER_MAX_BODY": "4096",
+        "STAGGER_TLS_READ_BUFFER": "262144",
         "STAGGER_LOG_LEVEL": "warning",
     }
     settings = parse_settings([], env)
@@ -114,6 +118,7 @@ def test_every_option_from_the_environment() -> None:
             shutdown_timeout=2.0,
             header_timeout=3.0,
             max_body=4096,
+            tls_read_buffer=262144,
             log_level="warning",
         ),
     )
@@ -174,6 +179,18 @@ def test_the_help_names_every_variable_and_what_is_required() -> None:
         ),
         pytest.param(
             [*REQUIRED, "--log-level", "loud"], {}, "--log-level: must be debug or info", id="level"
+        ),
+        pytest.param(
+            [*REQUIRED, "--tls-read-buffer", "512"],
+            {},
+            "--tls-read-buffer: expected a whole number of at least 1024",
+            id="tls-buffer-small",
+        ),
+        pytest.param(
+            [*REQUIRED],
+            {"STAGGER_TLS_READ_BUFFER": "2097152"},
+            "STAGGER_TLS_READ_BUFFER: must be at most",
+            id="tls-buffer-big",
         ),
         pytest.param([*REQUIRED, "--prefix", "-bad-"], {}, "--prefix", id="prefix"),
         pytest.param(
