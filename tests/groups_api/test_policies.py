@@ -3,7 +3,8 @@ counted in its group but never held; a pod in two policies needs both pacers; `m
 held pod through regardless; a pod without the enable label is not in any group. (Pods created in the
 same second are ordered by name: creationTimestamp has whole seconds.) And the Events people
 see: `StaggerHeld` when a pod is first held, `StaggerReleased` with the group's counts when its grant
-shows on it."""
+shows on it; and none for the pods a starting controller finds held (announced when they were held, and
+at 150,000 pods a restart would otherwise queue an Event for every one)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from sim.emulator.server import ApiServer
 from tests.groups_api.controller import Api, Controller, running_controller
+from tests.groups_api.test_evict_startup import slow_lists
 from tests.webhook.reviews import NAMES, enabled, pod
 
 pytestmark = pytest.mark.e2e
@@ -101,3 +104,45 @@ async def test_pacer_rules_and_events(tmp_path: Path) -> None:
         assert reasons[0] == "StaggerHeld"
         released = next(item for item in events["items"] if item["reason"] == "StaggerReleased")
         assert "web " in released["message"] and "Ready" in released["message"]
+
+
+async def _reasons(api: Api, name: str) -> list[str]:
+    _, events = await api.call(
+        "GET", f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
+    )
+    return [item["reason"] for item in events["items"]]
+
+
+async def _until_reason(api: Api, name: str, reason: str) -> None:
+    deadline = time.monotonic() + 10
+    while reason not in await _reasons(api, name):
+        assert time.monotonic() < deadline, await _reasons(api, name)
+        await asyncio.sleep(0.1)
+
+
+async def test_a_starting_controller_does_not_announce_the_pods_it_finds_held(tmp_path: Path) -> None:
+    async with ApiServer() as server, aiohttp.ClientSession() as session:
+        api = Api(server, session)
+        async with running_controller(server=server, tmp_path=tmp_path / "first", policies=POLICIES):
+            await api.create_pod(pod("web-0", labels=enabled(app="web")))
+            await _until_reason(api, "web-0", "StaggerHeld")
+        status, body = await api.call(
+            "DELETE", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/stagger"
+        )
+        assert status == 200, body  # the next one registers its own
+        # The next controller leads at once and finds web-0 held in its (slowed) list: it announces only
+        # what changes after the list.
+        async with (
+            slow_lists(server.url, delay=1.0) as proxy,
+            running_controller(
+                server=server,
+                tmp_path=tmp_path / "next",
+                policies=POLICIES,
+                extra=("--no-leader-elect",),
+                api_url=proxy.url,
+            ) as c,
+        ):
+            await c.until(lambda groups: groups["pods"] == 1)
+            await api.create_pod(pod("web-1", labels=enabled(app="web")))
+            await _until_reason(api, "web-1", "StaggerHeld")
+            assert await _reasons(api, "web-0") == ["StaggerHeld"]

@@ -158,7 +158,9 @@ class PodWatch:
             return
         self.pacing.pod_changed(pod)
         new = self.pacing.book.get(key)
-        if not self.announce_events or self._events is None:
+        if not self.announce_events or self._events is None or not self.synced:
+            # The first list is what this process found, not what changed: those pods were announced when
+            # they were held (and a restart at 150,000 pods would queue an Event for every held one).
             return
         event = transition_event(old, new, describe=self.describe)
         if event is not None and new is not None:
