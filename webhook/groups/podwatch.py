@@ -103,14 +103,21 @@ def transition_event(
     """The Event a change of a pod's record deserves, as (reason, message), or None. Pure.
 
     StaggerHeld when a pod is first seen held; StaggerReleased when a held pod's grant shows on it
-    (granted-at, gate or label gone). `describe` gives the group counts for the message."""
-    if new is None:
+    (granted-at, gate or label gone). `describe` gives the group counts for the message. Only for pods held
+    off their node (gate and evict mode): a pod held in lock mode waits in its init container, and the
+    node's lockd writes StaggerWaiting (with the group's reason) and StaggerGranted for it; two more Events
+    from here would say the same again, and cost the API server two writes per pod."""
+    if new is None or not _held_off_node(old if old is not None and old.waiting else new):
         return None
     if new.waiting and (old is None or not old.waiting):
         return "StaggerHeld", f"held by its staggering policies: {describe(new)}"
     if old is not None and old.waiting and not new.waiting and not new.finished and not new.ready:
         return "StaggerReleased", f"released: {describe(new)}"
     return None
+
+
+def _held_off_node(record: PodRecord) -> bool:
+    return record.gated or record.evict_hold
 
 
 class PodWatch:
