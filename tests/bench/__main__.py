@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.bench scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options."""
+"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.bench scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options. `python -m tests.bench morning [--deployments 40 --replicas 25 --nodes 20 ...]`: a morning scale-up of many Deployments from 0 at once, without stagger, with a fixed-time lock and with stagger's node policy, on the simulated cluster (not in the default set: minutes a configuration), bench/morning.{json,md}; `morning --help` for its options."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tests.bench import (
     groups_bench,
     lockd_bench,
     lockd_node_bench,
+    morning_bench,
     realherd_bench,
     scale_bench,
     waiter_memory_bench,
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return realherd_bench.main(given[1:])
     if given[:1] == ["scale"]:
         return scale_bench.main(given[1:])
+    if given[:1] == ["morning"]:
+        return morning_bench.main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(KNOWN)} (default: all)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -41,7 +42,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -50,7 +51,7 @@ from sim.cli.apis import ApiUnavailable, ControlPlaneKind, check_control_plane, 
 from sim.cli.groups import with_mode
 from sim.cluster.measure.grouprun import run_group
 from sim.cluster.measure.groupwatch import GroupWatch
-from sim.cluster.measure.herd import measure
+from sim.cluster.measure.herd import RunResult, measure
 from sim.cluster.measure.makespan import ideal_makespan
 from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, with_stagger
 from sim.cluster.simcluster import ClusterSettings, SimCluster
@@ -233,8 +234,56 @@ def arrivals(cluster: SimCluster, applied_at: float) -> list[list[float]]:
     ]
 
 
-async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind, knobs: Knobs) -> Row:
-    scen = scenario(config, pods, knobs)
+ClusterStep = Callable[[SimCluster], Awaitable[None]]
+
+
+async def _run_herd(
+    staggered: Scenario,
+    *,
+    control_plane: ControlPlaneKind,
+    settings: ClusterSettings,
+    knobs: Knobs,
+    prepare: ClusterStep | None,
+    start: ClusterStep | None,
+) -> tuple[RunResult, list[list[float]], dict[str, float]]:
+    """A run without the controller: its result, the arrivals and the CPU-seconds by part."""
+    async with (
+        open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api,
+        SimCluster(api=api.backend, settings=settings) as cluster,
+    ):
+        if prepare is not None:
+            await prepare(cluster)
+        applied_at = cluster.clock.now()
+        cpu_before = cpu_seconds_by_part()
+        result = await measure(
+            staggered,
+            cluster=cluster,
+            stagger=staggered.stagger.enabled,
+            request_count=api.request_count,
+            start=None if start is None else functools.partial(start, cluster),
+        )
+        cpu_after = cpu_seconds_by_part()
+        cpu = {k: round(v - cpu_before.get(k, 0.0), 1) for k, v in cpu_after.items()}
+    return result, arrivals(cluster, applied_at), cpu
+
+
+async def run_config(
+    config: str,
+    pods: int,
+    *,
+    control_plane: ControlPlaneKind,
+    knobs: Knobs,
+    scen: Scenario | None = None,
+    ideal_of: Callable[[list[list[float]] | None], float] | None = None,
+    prepare: ClusterStep | None = None,
+    start: ClusterStep | None = None,
+) -> Row:
+    """One run of `config` at `pods` pods. Another bench's herd: `scen` (default `scenario(...)`), its ideal
+    given the arrivals or None (default `ideal(...)`), and for the configurations without the controller
+    `prepare` (once the cluster runs, before the measurement) and `start` (sets the herd going instead of
+    creating the workloads)."""
+    scen = scen or scenario(config, pods, knobs)
+    ideal_of = ideal_of or (lambda came: ideal(config, pods, came=came))
     overrides = _overrides(knobs, scen.nodes.count)
     began = time.monotonic()
     came: list[list[float]] | None = None
@@ -242,22 +291,20 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
     if not config.startswith("group-"):
         staggered = with_stagger(scen, config != "none")
         settings = ClusterSettings.from_scenario(staggered, **overrides)
-        async with (
-            open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api,
-            SimCluster(api=api.backend, settings=settings) as cluster,
-        ):
-            applied_at = cluster.clock.now()
-            cpu_before = cpu_seconds_by_part()
-            result = await measure(
-                staggered, cluster=cluster, stagger=config != "none", request_count=api.request_count
-            )
-            cpu_after = cpu_seconds_by_part()
-            cpu = {k: round(v - cpu_before.get(k, 0.0), 1) for k, v in cpu_after.items()}
-        came = arrivals(cluster, applied_at)
+        result, came, cpu = await _run_herd(
+            staggered,
+            control_plane=control_plane,
+            settings=settings,
+            knobs=knobs,
+            prepare=prepare,
+            start=start,
+        )
         done, restarts, requests = result.all_ready_seconds, result.restarts, result.api_requests
         peak = max(result.peak_starting.values(), default=0)
         ready_at_end = result.timeline[-1][1] if result.timeline else 0
     else:
+        if prepare is not None or start is not None:
+            raise ValueError("prepare and start are for the configurations without the controller")
         clusters: list[tuple[SimCluster, float]] = []
 
         async def keep(sim: SimCluster, _group: GroupWatch) -> None:
@@ -273,8 +320,8 @@ async def run_config(config: str, pods: int, *, control_plane: ControlPlaneKind,
         if config == "group-lock" and clusters:
             # `keep` runs just after the apply: the arrivals are a little early, never late.
             came = arrivals(*clusters[0])
-    best = ideal(config, pods)
-    given = ideal(config, pods, came=came) if came is not None else None
+    best = ideal_of(None)
+    given = ideal_of(came) if came is not None else None
     return Row(
         config=config,
         pods=pods,

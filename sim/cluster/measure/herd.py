@@ -38,16 +38,23 @@ class RunResult:
 
 
 async def measure(
-    scenario: Scenario, *, cluster: SimCluster, stagger: bool, request_count: Callable[[], Awaitable[int]]
+    scenario: Scenario,
+    *,
+    cluster: SimCluster,
+    stagger: bool,
+    request_count: Callable[[], Awaitable[int]],
+    start: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
     """Apply the scenario's workloads on a running cluster and watch them until done (or the deadline).
 
     ``request_count`` reads the API server's request counter (the requests made during the run are
-    reported), ``stagger`` only labels the result."""
+    reported), ``stagger`` only labels the result. ``start``: what sets the herd going instead of
+    creating the workloads (scaling up Deployments created earlier with fewer replicas); the target is
+    still the scenario's workloads."""
     async with ProgressWatch(client=cluster.client, clock=cluster.clock, target=Target.of(scenario)) as watch:
         await watch.pods.synced.wait()
         requests_before = await request_count()
-        await cluster.apply_workloads(scenario)
+        await (start() if start is not None else cluster.apply_workloads(scenario))
         reached = await watch.wait_done(deadline_seconds=scenario.deadline_seconds)
         return RunResult(
             stagger=stagger,

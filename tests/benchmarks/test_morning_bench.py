@@ -1,0 +1,51 @@
+"""`python -m tests.bench morning`'s herd and table, without running it: buys' scenario made into many
+Deployments on the nodes asked, the node limit's ideal for them, and a configuration that did not reach
+all Ready shown as how many were Ready at the deadline."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.bench.buys_bench import Knobs, Row
+from tests.bench.morning_bench import Shape, at_zero, ideal, markdown, scenario
+
+SHAPE = Shape(deployments=40, replicas=25, nodes=20)
+
+RUN = Row(
+    config="node",
+    pods=1000,
+    nodes=20,
+    all_ready_seconds=90.0,
+    ready_at_end=1000,
+    restarts=0,
+    max_starting_per_node=8,
+    api_requests=10000,
+    api_requests_per_pod=10.0,
+    ideal_seconds=70.0,
+    ratio=90.0 / 70.0,
+    ideal_given_arrivals_seconds=75.0,
+    ratio_given_arrivals=90.0 / 75.0,
+    last_arrival_seconds=5.0,
+    wall_seconds=60.0,
+    cpu_seconds={},
+    control_plane="emulator",
+    time_scale=2.0,
+)
+
+
+def test_forty_deployments_of_25_on_20_nodes_with_buys_pods() -> None:
+    scen = scenario("fixed", shape=SHAPE, knobs=Knobs())
+    assert scen.nodes.count == 20
+    assert len(scen.workloads) == 40
+    assert {w.replicas for w in scen.workloads} == {25}
+    assert len({w.name for w in scen.workloads}) == 40
+    assert "minHold" in scen.stagger.policies  # buys' fixed-time lock
+    assert {w.replicas for w in at_zero(scen).workloads} == {0}
+    assert ideal(shape=SHAPE) == 70.0  # ceil(50 / 8) rounds of 10 s on every node
+
+
+def test_a_configuration_not_all_ready_shows_how_many_were_by_the_deadline() -> None:
+    rows = [RUN, replace(RUN, config="none", all_ready_seconds=None, ratio=None, ready_at_end=612)]
+    text = markdown(rows, command="c", shape=SHAPE, knobs=Knobs(deadline_seconds=600.0))
+    assert "| none | 612 of 1000 by 600 s |" in text
+    assert "| node | 90.0 | 70.0 | 1.286 |" in text
