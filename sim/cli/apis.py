@@ -9,13 +9,13 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import aiohttp
 
-from sim.cluster.backend import ApiBackend, read_metrics, requests_served
+from sim.cluster.backend import ApiBackend, read_metrics, requests_by_kind, requests_served
 from sim.controlplane.launcher import ControlPlane, MissingBinaries, missing_binaries
 from sim.emulator.server import ApiServer, ApiServerSettings
 
@@ -54,6 +54,8 @@ class OpenApi:
     backend: ApiBackend
     request_count: Callable[[], Awaitable[int]]
     description: str
+    # The same count by "VERB resource[/sub]" (empty where there is no count).
+    request_counts: Callable[[], Awaitable[dict[str, int]]] = field(default=lambda: _no_counts())
 
 
 @contextlib.asynccontextmanager
@@ -79,7 +81,12 @@ async def open_api(
     if api_kubeconfig is not None:
         backend = ApiBackend.real(api_kubeconfig)
         async with aiohttp.ClientSession() as session:
-            yield OpenApi(backend, _metrics_counter(backend, session), f"the cluster of {api_kubeconfig}")
+            yield OpenApi(
+                backend,
+                _metrics_counter(backend, session),
+                f"the cluster of {api_kubeconfig}",
+                _metrics_counts(backend, session),
+            )
         return
     if api_url is not None:
         backend = ApiBackend(api_url)
@@ -99,7 +106,12 @@ async def open_api(
             )
             backend = ApiBackend.real(plane.kubeconfig)
             async with aiohttp.ClientSession() as session:
-                yield OpenApi(backend, _metrics_counter(backend, session), f"{plane.server} (real)")
+                yield OpenApi(
+                    backend,
+                    _metrics_counter(backend, session),
+                    f"{plane.server} (real)",
+                    _metrics_counts(backend, session),
+                )
         finally:
             await asyncio.to_thread(plane.stop)
         return
@@ -111,11 +123,27 @@ async def open_api(
         async def count() -> int:
             return api.request_count
 
-        yield OpenApi(ApiBackend(api.url), count, api.url)
+        async def counts() -> dict[str, int]:
+            return {f"{verb.upper()} {resource}": n for (verb, resource), n in api.request_counts.items()}
+
+        yield OpenApi(ApiBackend(api.url), count, api.url, counts)
 
 
 async def _no_counter() -> int:
     return 0
+
+
+async def _no_counts() -> dict[str, int]:
+    return {}
+
+
+def _metrics_counts(
+    backend: ApiBackend, session: aiohttp.ClientSession
+) -> Callable[[], Awaitable[dict[str, int]]]:
+    async def counts() -> dict[str, int]:
+        return requests_by_kind(await read_metrics(backend, session))
+
+    return counts
 
 
 def _metrics_counter(backend: ApiBackend, session: aiohttp.ClientSession) -> Callable[[], Awaitable[int]]:

@@ -5,8 +5,8 @@ runs on a simulated cluster with the real controller, lockd and init clients, on
 simulated time until every pod was Ready, container restarts, the most pods started while 0, 1..3 and
 4..15 were Ready, whether the pods started ever exceeded the pacer's allowance, in evict mode how many pods
 admission held (each evicted once its pacer allowed, and replaced), and the API requests the whole
-cluster made per pod of the group (the emulator's count, every client); drawn
-into OUT/groups-timeline.png: started and Ready pods of the group over time, one panel per mode, with
+cluster made per pod of the group (the emulator's count, every client; by verb and resource with
+`--json`); drawn into OUT/groups-timeline.png: started and Ready pods of the group over time, one panel per mode, with
 the pacer's allowance."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sim.cli.apis import open_api
@@ -60,6 +60,8 @@ class ModeRun:
     mode: str
     run: GroupRun
     api_requests: int
+    # The same requests by "VERB resource[/sub]" ("CREATE events", "PATCH pods"): where they go.
+    api_requests_by_kind: dict[str, int] = field(default_factory=dict)
 
     @property
     def requests_per_pod(self) -> float:
@@ -70,9 +72,15 @@ async def run_mode(scenario: Scenario, *, mode: str) -> ModeRun:
     scenario = with_mode(scenario, mode)
     scenario = replace(scenario, stagger=replace(scenario.stagger, enabled=True, host_port=0))
     async with open_api("emulator", quiet=True) as api:
-        before = await api.request_count()
+        before, kinds_before = await api.request_count(), await api.request_counts()
         run = await run_group(scenario, api=api.backend)
-        return ModeRun(mode=mode, run=run, api_requests=await api.request_count() - before)
+        kinds = {kind: n - kinds_before.get(kind, 0) for kind, n in (await api.request_counts()).items()}
+        return ModeRun(
+            mode=mode,
+            run=run,
+            api_requests=await api.request_count() - before,
+            api_requests_by_kind={kind: n for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]) if n},
+        )
 
 
 def format_table(runs: Sequence[ModeRun]) -> str:
@@ -188,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "mode": m.mode,
                 "apiRequests": m.api_requests,
                 "apiRequestsPerPod": m.requests_per_pod,
+                "apiRequestsByKind": m.api_requests_by_kind,
             }
             for m in runs
         ]

@@ -115,6 +115,20 @@ _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$", re.MU
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
+def requests_by_kind(metrics: str) -> dict[str, int]:
+    """The requests a real API server has answered (``apiserver_request_total``) by "VERB resource[/sub]"
+    (``PATCH pods``, ``POST events``, ``WATCH pods``), its codes and scopes summed."""
+    kinds: dict[str, float] = {}
+    for labels_text, value in _REQUEST_TOTAL.findall(metrics):
+        labels = dict(_LABEL.findall(labels_text))
+        resource, sub = labels.get("resource", ""), labels.get("subresource", "")
+        # A non-resource request (/healthz) has its path as the subresource and no resource.
+        name = f"{resource}/{sub}" if resource and sub else resource or sub or "-"
+        kind = f"{labels.get('verb', '?')} {name}"
+        kinds[kind] = kinds.get(kind, 0.0) + float(value)
+    return {kind: int(total) for kind, total in kinds.items()}
+
+
 def requests_served(metrics: str, *, verb: str | None = None, resource: str | None = None) -> int:
     """The requests a real API server has answered (``apiserver_request_total``), all or those of one
     verb (``PATCH``, ``LIST`` ...) and resource (``pods``, ``pods/status``, ...)."""
