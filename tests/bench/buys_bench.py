@@ -32,7 +32,6 @@ Measures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import logging
@@ -57,6 +56,7 @@ from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, wi
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.cluster.startup import ModelSettings
 from stagger.policy import parse_policy_text
+from tests.bench import running
 
 logger = logging.getLogger(__name__)
 
@@ -583,7 +583,7 @@ def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
         launch=cast(Literal["exec", "fork"], args.launch),
         client_qps=args.client_qps,
     )
-    return asyncio.run(
+    return running.run(
         run(
             scales=[int(s) for s in args.scales.split(",")],
             configs=configs,

@@ -46,7 +46,7 @@ from sim.cluster.scenario import Scenario
 from sim.cluster.simcluster import SimCluster
 from sim.cluster.startup import ModelSettings
 from stagger.kube import DEPLOYMENTS, REPLICASETS
-from tests.bench import buys_bench
+from tests.bench import buys_bench, running
 from tests.bench.buys_bench import CORES, CPU_SECONDS, LIVENESS_SECONDS, Knobs, Row, cell_medians, machine
 
 DEPLOYMENTS_COUNT = 40
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     shape = Shape(deployments=args.deployments, replicas=args.replicas, nodes=args.nodes)
     command = ("python -m tests.bench morning " + shlex.join(given)).strip()
-    rows = asyncio.run(
+    rows = running.run(
         run(
             shape=shape,
             configs=configs,

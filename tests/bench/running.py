@@ -1,6 +1,7 @@
 """Processes a benchmark starts and watches (tests/bench/scale_bench.py): one started and awaited until it
 prints that it serves, then stopped whatever happens; its RSS and CPU through psutil; where it spends its
-time through py-spy (`pip install py-spy`, in the test extra), summarized from py-spy's raw stacks."""
+time through py-spy (`pip install py-spy`, in the test extra), summarized from py-spy's raw stacks. And
+`run`, the benchmarks' `asyncio.run` that a SIGTERM stops as cleanly as Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,15 +11,33 @@ import contextlib
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
 from tests.processes import clean_env
 
-__all__ = ["Probe", "Profiles", "serving", "stopped"]
+__all__ = ["Probe", "Profiles", "run", "serving", "stopped"]
+
+T = TypeVar("T")
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, with SIGTERM cancelling `main` as Ctrl-C does, so that its `async with` blocks stop
+    the control plane, lockd and the other processes they started (Python's default for SIGTERM is to die at
+    once: a killed benchmark left them all running). Raises KeyboardInterrupt when so stopped."""
+
+    async def until_signal() -> T:
+        task = asyncio.ensure_future(main)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+
+    return asyncio.run(until_signal())
 
 
 class Probe:

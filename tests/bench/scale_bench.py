@@ -28,7 +28,7 @@ The cluster, all played by this process on one event loop:
 - the kubelets: --rate times a second, the oldest started pod is patched Ready (phase Running, the Ready
   condition, its init client ended with the granted outcome), then deleted and replaced by a new held pod
   of its group on a random node: a rolling update that never ends, so the population stays --pods and every
-  group keeps held pods (each change of the book re-reads the room of every group: the pacing's worst case).
+  group keeps held pods (every group has waiting pods and a wait names them: the pacing's worst case).
 
 `--json` prints one object whose first keys are the four figures; `--profile DIR` records where the
 controller, the emulator and this process spend their time (py-spy, raw stacks: while the controller lists,
@@ -62,7 +62,7 @@ from stagger.contracts.groups import GRANT_PATH, WAIT_PATH
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
-from tests.bench import admission_bench
+from tests.bench import admission_bench, running
 from tests.bench.running import Probe, Profiles, serving
 
 NAMES = Names()
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
     size = Size(args.pods, args.nodes, groups, args.seconds, args.rate, args.admission_rate)
-    found = asyncio.run(run(size, profile=args.profile, log=log))
+    found = running.run(run(size, profile=args.profile, log=log))
     print(json.dumps(found, indent=2) if args.json else render(found))
     return 0
 
