@@ -6,30 +6,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.bench.buys_bench import Knobs, Row
+from tests.bench.buys_bench import Knobs
 from tests.bench.morning_bench import Shape, at_zero, ideal, markdown, scenario
+from tests.benchmarks.test_buys_medians import RUN as BUYS_RUN
 
 SHAPE = Shape(deployments=40, replicas=25, nodes=20)
 
-RUN = Row(
-    config="node",
+# buys' own test row, as a morning run of 1,000 pods on 20 nodes on the emulator.
+RUN = replace(
+    BUYS_RUN,
     pods=1000,
     nodes=20,
-    all_ready_seconds=90.0,
     ready_at_end=1000,
-    restarts=0,
-    max_starting_per_node=8,
     api_requests=10000,
     api_requests_per_pod=10.0,
     ideal_seconds=70.0,
     ratio=90.0 / 70.0,
     ideal_given_arrivals_seconds=75.0,
     ratio_given_arrivals=90.0 / 75.0,
-    last_arrival_seconds=5.0,
     wall_seconds=60.0,
-    cpu_seconds={},
     control_plane="emulator",
-    time_scale=2.0,
 )
 
 
