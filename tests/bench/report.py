@@ -10,8 +10,9 @@ The benchmarks, each also runnable on its own:
   (`python -m tests.bench groups`);
 - what stagger buys on the simulated cluster (`python -m tests.bench buys`): writes OUT/buys.json, OUT/buys.md
   and OUT/buys.png itself.
-The real herd (`python -m tests.bench realherd`) and the controller at Kubernetes' published limits (`python -m
-tests.bench scale`) are not run: their last OUT/realherd.md and OUT/scale.md are included.
+The real herd (`python -m tests.bench realherd`), the controller at Kubernetes' published limits (`python -m
+tests.bench scale`) and the morning scale-up (`python -m tests.bench morning`) are not run: their last
+OUT/realherd.md, OUT/scale.md and OUT/morning.md are included.
 """
 
 from __future__ import annotations
@@ -160,9 +161,10 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
     lines = [
         "# stagger benchmarks",
         "",
-        "Written by `make bench` (`python -m tests.bench.report`); every number below comes from that run, on",
-        "this machine. Benchmarks measure, they do not assert; tests/lockd/test_cost_guard.py guards against",
-        "tenfold regressions in `make test`.",
+        "Written by `make bench` (`python -m tests.bench.report`). The machine below is that run's, for sections 1",
+        "and 2; sections 3 to 6 include each benchmark's own file, which names its machine, date and command.",
+        "Benchmarks measure, they do not assert; tests/lockd/test_cost_guard.py guards against tenfold",
+        "regressions in `make test`.",
         "",
         "## Machine",
         "",
@@ -218,6 +220,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "includes its last scale.md, written by hand from that run and its profile).",
         "",
         *_included(out, "scale.md"),
+        "",
+        "## 6. A morning scale-up",
+        "",
+        "Command: `python -m tests.bench morning` (not run by `make bench`, which includes its last morning.md:",
+        "minutes a configuration).",
+        "",
+        *_included(out, "morning.md"),
         "",
     ]
     path = out / "REPORT.md"
