@@ -28,7 +28,7 @@ POLICIES = {
             "unreachableWait": "30s",
         }
     ],
-    # 1 starts, then 3 once it is Ready, then all once 3 are: tighter than the nodes' 2 x NODE_LIMIT.
+    # 1 starts, then 3 x the Ready ones (3 with 1 Ready, 6 with 2), then all once 3 are.
     "staggeringPolicies": [
         {
             "name": f"mode-{key}",

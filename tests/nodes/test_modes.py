@@ -8,19 +8,24 @@ the held pods were evicted and replaced; the Job completes with no failure count
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from stagger import pacers
+from stagger.policy import parse_policy_text
 from tests.nodes.kube import Herd, Kube, Release, restarts, wait_for, workload
-from tests.nodes.policies import MODE_LABEL, MODES, NODE_LIMIT
+from tests.nodes.policies import MODE_LABEL, MODES, NODE_LIMIT, POLICIES
+
+# The session release's pacer (exponential 1/3/3), read as the controller reads it.
+PACER = parse_policy_text(json.dumps(POLICIES)).staggering_policies[0].pacer
 
 
 def allowance(ready: int) -> int:
-    """The exponential pacer {minInitial: 1, multiplier: 3, maxStagger: 3}: pods that may have started."""
-    if ready < 1:
-        return 1
-    if ready < 3:
-        return 3
-    return 1 << 30
+    """Pods of the group that may have started with `ready` Ready: 1, then 3 x Ready (3 with 1, 6 with 2),
+    then any number once 3 are."""
+    limit = pacers.allowance(PACER, ready=ready)
+    return 1 << 30 if limit is None else limit
 
 
 def check_paced(herd: Herd, release: Release) -> None:
