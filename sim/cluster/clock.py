@@ -21,14 +21,21 @@ class SimClock:
         time_scale: float,
         monotonic: Callable[[], float] = time.monotonic,
         wall_start: dt.datetime | None = None,
+        start: float | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.time_scale = time_scale
         self._monotonic = monotonic
-        self._start = monotonic()
+        self._start = monotonic() if start is None else start
+        """``monotonic()`` at simulated second 0. Given, it makes a clock in another process read the same
+        simulated time (Linux's CLOCK_MONOTONIC is one clock for every process on the machine)."""
         self.base = wall_start or dt.datetime.now(dt.UTC)
         """The wall time of simulated second 0 (timestamps are ``base + now()``)."""
+
+    @property
+    def start(self) -> float:
+        return self._start
 
     def now(self) -> float:
         return (self._monotonic() - self._start) * self.time_scale

@@ -25,7 +25,8 @@ from sim.cluster import standins
 from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.controllers import ControllerManager, ControllerSettings
-from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings
+from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings, NodeStats
+from sim.cluster.kubernetes.kubeletpool import KubeletPool, PoolSpec
 from sim.cluster.kubernetes.nodeagent import NodeAgent, NodeAgentSettings, node_name, pod_subnet
 from sim.cluster.kubernetes.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.launchers.controllerproc import ControllerProcess, ControllerSpec
@@ -87,6 +88,11 @@ class ClusterSettings:
     interpreter's start-up and imports: about 0.25 CPU-seconds and 25-30 MB) or ``fork`` (from a fork
     server that imported the init client once, ``sim.cluster.launchers.forkserver``: milliseconds and about a MB;
     no launch gate then). The same init client code runs either way, each in a process of its own."""
+    kubelet_processes: int = 0
+    """Processes the kubelets run in, the nodes dealt among them (``sim.cluster.kubernetes.kubeletpool``);
+    0: in this process, as objects a test can reach (``SimCluster.kubelets``). At 3,000 pods one event loop
+    running 50 kubelets was what the herd waited for."""
+    kubelet_pool_ready_seconds: float = 60.0
     work_dir: Path | None = None
     """Load files, the policy file and lockd logs; a temporary directory (removed at the end) when None."""
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -124,6 +130,9 @@ class SimCluster:
         self.settings = settings
         self.clock = SimClock(time_scale=settings.time_scale)
         self.kubelets: dict[str, Kubelet] = {}
+        """The kubelets run in this process (none with ``kubelet_processes``)."""
+        self.kubelet_pools: list[KubeletPool] = []
+        self._pool_stats: dict[str, NodeStats] = {}
         self.node_agents: dict[str, NodeAgent] = {}
         self.lockds: dict[str, LockdProcess] = {}
         self.controller: ControllerProcess | None = None
@@ -154,7 +163,19 @@ class SimCluster:
         return f"{self.settings.node_ip_prefix}{index + 1}"
 
     def peak_starting(self) -> dict[str, int]:
-        return {name: k.peak_starting for name, k in self.kubelets.items()}
+        return {name: stats.peak_starting for name, stats in self.node_stats().items()}
+
+    def node_stats(self) -> dict[str, NodeStats]:
+        """Each node's kubelet's stats: live for the kubelets in this process, as of the last
+        `refresh_node_stats` (or the pools' stop) for those in pool processes."""
+        live = {name: k.stats() for name, k in self.kubelets.items()}
+        return {**self._pool_stats, **live}
+
+    async def refresh_node_stats(self) -> dict[str, NodeStats]:
+        answers = await asyncio.gather(*(pool.stats() for pool in self.kubelet_pools))
+        for answer in answers:
+            self._pool_stats.update(answer)
+        return self.node_stats()
 
     async def __aenter__(self) -> SimCluster:
         try:
@@ -197,29 +218,21 @@ class SimCluster:
             await self.fork_server.start()
         else:
             gate = LaunchGate(concurrency=s.launch_concurrency, hold_seconds=s.launch_hold_seconds)
-        for i, ip in enumerate(ips):
-            name = node_name(i)
-            lockd = self.lockds.get(name)
-            self.kubelets[name] = Kubelet(
-                settings=KubeletSettings(
-                    node_name=name,
-                    node_ip=ip,
-                    pod_ip_prefix=f"{pod_subnet(i)}.",
-                    cores=s.nodes.cores,
-                    model=s.model,
-                    lockd_url=lockd.spec.url if lockd is not None else None,
-                    # Standalone lockd cannot see pods become Ready: the kubelet gives the slot back.
-                    release_slots=s.stagger.lockd_mode == "standalone",
-                    load_file=self.work_dir / f"{name}.load.json",
-                    max_tick_seconds=s.kubelet_max_tick_seconds,
-                    informer=s.informer,
-                ),
-                client=self.client,
-                session=self._session,
-                clock=self.clock,
-                launch_gate=gate,
-                fork_server=self.fork_server,
+        kubelets = [self._kubelet_settings(i, ip) for i, ip in enumerate(ips)]
+        if s.kubelet_processes > 0:
+            await self._start_pools(
+                kubelets, gate_concurrency=max(1, s.launch_concurrency // s.kubelet_processes)
             )
+        else:
+            for settings in kubelets:
+                self.kubelets[settings.node_name] = Kubelet(
+                    settings=settings,
+                    client=self.client,
+                    session=self._session,
+                    clock=self.clock,
+                    launch_gate=gate,
+                    fork_server=self.fork_server,
+                )
         if self.scheduler is not None:
             self._run(self.scheduler.run(), "scheduler")
         if self.controllers is not None:
@@ -239,6 +252,57 @@ class SimCluster:
             s.time_scale,
             f"on (lockd on port {self.host_port})" if s.stagger.enabled else "off",
         )
+
+    def _kubelet_settings(self, index: int, ip: str) -> KubeletSettings:
+        s = self.settings
+        name = node_name(index)
+        lockd = self.lockds.get(name)
+        return KubeletSettings(
+            node_name=name,
+            node_ip=ip,
+            pod_ip_prefix=f"{pod_subnet(index)}.",
+            cores=s.nodes.cores,
+            model=s.model,
+            lockd_url=lockd.spec.url if lockd is not None else None,
+            # Standalone lockd cannot see pods become Ready: the kubelet gives the slot back.
+            release_slots=s.stagger.lockd_mode == "standalone",
+            load_file=self.work_dir / f"{name}.load.json",
+            max_tick_seconds=s.kubelet_max_tick_seconds,
+            informer=s.informer,
+        )
+
+    async def _start_pools(self, kubelets: Sequence[KubeletSettings], *, gate_concurrency: int) -> None:
+        s = self.settings
+        count = min(s.kubelet_processes, len(kubelets))
+        for p in range(count):
+            mine = tuple(kubelets[p::count])
+            spec = PoolSpec(
+                backend=self.api,
+                kubelets=mine,
+                time_scale=self.clock.time_scale,
+                clock_start=self.clock.start,
+                clock_base=self.clock.base,
+                request_timeout_seconds=s.request_timeout_seconds,
+                connection_limit=100 + 4 * len(mine),
+                fork_socket=None if self.fork_server is None else self.fork_server.socket_path,
+                launch_concurrency=gate_concurrency,
+                launch_hold_seconds=s.launch_hold_seconds,
+                log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+            )
+            pool = KubeletPool(spec=spec, spec_path=self.work_dir / f"kubelet-pool-{p}.spec")
+            self.kubelet_pools.append(pool)
+        await asyncio.gather(
+            *(pool.start(ready_within=s.kubelet_pool_ready_seconds) for pool in self.kubelet_pools)
+        )
+
+    async def _stop_pools(self) -> None:
+        if not self.kubelet_pools:
+            return
+        try:
+            await asyncio.wait_for(self.refresh_node_stats(), timeout=30)
+        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
+            logger.warning("the kubelet pools' last stats were not read: %r", exc)
+        await asyncio.gather(*(pool.stop() for pool in self.kubelet_pools), return_exceptions=True)
 
     def _run(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -360,6 +424,7 @@ class SimCluster:
         for task in kubelet_tasks:
             task.cancel()
         await asyncio.gather(*kubelet_tasks, return_exceptions=True)
+        await self._stop_pools()
         if self.fork_server is not None:
             await self.fork_server.stop()
         for task in self._tasks:

@@ -81,6 +81,8 @@ class Knobs:
     client_qps: int | None = None
     """The real control plane's kube-controller-manager and kube-scheduler client QPS (burst 1.5x); None:
     their defaults (20 and 50), at which the ReplicaSet controller creates 20 pods per wall second."""
+    kubelet_processes: int = 0
+    """Processes the simulated kubelets run in (ClusterSettings.kubelet_processes); 0: the simulator's."""
 
 
 def node_policy(*, fixed_seconds: float | None = None) -> str:
@@ -183,7 +185,11 @@ class Row:
 
 def _overrides(knobs: Knobs, nodes: int) -> dict[str, Any]:
     # Every node's lockd starts at once: on 2 cores 50 of them need about a minute to be ready.
-    return {"initclient_launch": knobs.launch, "lockd_ready_timeout_seconds": 20.0 + 2.0 * nodes}
+    return {
+        "initclient_launch": knobs.launch,
+        "lockd_ready_timeout_seconds": 20.0 + 2.0 * nodes,
+        "kubelet_processes": knobs.kubelet_processes,
+    }
 
 
 _PARTS = (
@@ -196,6 +202,7 @@ _PARTS = (
     ("-m lockd", "lockd (all nodes)"),
     ("-m webhook", "controller"),
     ("sim apiserver", "API emulator"),
+    ("sim.cluster.kubernetes.kubeletpool", "kubelets (pool processes)"),
 )
 
 
@@ -229,8 +236,7 @@ def _plane_args(knobs: Knobs) -> dict[str, list[str]] | None:
 def arrivals(cluster: SimCluster, applied_at: float) -> list[list[float]]:
     """When each node's kubelet first saw each of its (last) pods, in simulated seconds from the apply."""
     return [
-        sorted(max(0.0, rt.start_time - applied_at) for rt in kubelet.runtimes.values())
-        for kubelet in cluster.kubelets.values()
+        sorted(max(0.0, t - applied_at) for t in stats.arrivals) for stats in cluster.node_stats().values()
     ]
 
 
@@ -564,6 +570,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the real control plane's controller-manager and scheduler client QPS (default: theirs, 20 and 50)",
     )
+    parser.add_argument(
+        "--kubelet-processes",
+        type=int,
+        default=Knobs.kubelet_processes,
+        help="processes the simulated kubelets run in (default 0: the simulator's own)",
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs of each cell (medians reported)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent)
 
@@ -582,6 +594,7 @@ def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
         deadline_seconds=args.deadline,
         launch=cast(Literal["exec", "fork"], args.launch),
         client_qps=args.client_qps,
+        kubelet_processes=args.kubelet_processes,
     )
     return running.run(
         run(

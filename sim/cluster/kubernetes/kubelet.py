@@ -77,6 +77,34 @@ class FailOpen:
 
 
 @dataclass(frozen=True)
+class NodeStats:
+    """What the measurements read of a kubelet (from a pool process as JSON: `to_json`, `from_json`)."""
+
+    peak_starting: int
+    """The most containers starting at once on the node."""
+    arrivals: tuple[float, ...]
+    """When the kubelet first saw each of its pods (simulated seconds; the pods it still knows)."""
+    fail_opens: tuple[FailOpen, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "peakStarting": self.peak_starting,
+            "arrivals": list(self.arrivals),
+            "failOpens": [{"pod": f.pod, "why": f.why, "cause": f.cause} for f in self.fail_opens],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NodeStats:
+        return cls(
+            peak_starting=int(data["peakStarting"]),
+            arrivals=tuple(float(t) for t in data["arrivals"]),
+            fail_opens=tuple(
+                FailOpen(pod=f["pod"], why=f["why"], cause=f["cause"]) for f in data["failOpens"]
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class KubeletSettings:
     node_name: str
     node_ip: str
@@ -189,6 +217,13 @@ class Kubelet:
     @property
     def peak_starting(self) -> int:
         return self.model.peak_starting
+
+    def stats(self) -> NodeStats:
+        return NodeStats(
+            peak_starting=self.model.peak_starting,
+            arrivals=tuple(sorted(rt.start_time for rt in self.runtimes.values())),
+            fail_opens=tuple(self.fail_opens),
+        )
 
     async def run(self) -> None:
         informer = asyncio.create_task(

@@ -56,6 +56,7 @@ async def measure(
         requests_before = await request_count()
         await (start() if start is not None else cluster.apply_workloads(scenario))
         reached = await watch.wait_done(deadline_seconds=scenario.deadline_seconds)
+        await cluster.refresh_node_stats()
         return RunResult(
             stagger=stagger,
             pods=expected_pods(scenario),
