@@ -27,6 +27,7 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -62,9 +63,38 @@ def _pip(*args: str, env: dict[str, str] | None = None) -> None:
     _run(sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args, env=env)
 
 
+# What stagger's own wheel is built from (pyproject's packages, readme and license).
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "stagger",
+    "lockd",
+    "initclient",
+    "webhook",
+    "sim",
+    "kubectl_stagger",
+)
+
+
+def _source_copy(into: Path) -> Path:
+    """The project's sources copied to ``into``: pip builds a local directory in place, in its ``build/``,
+    so two builds at once (the tests' workers each building the plugin) wrote over each other's files there
+    and one read a broken wheel (BadZipFile)."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    into.mkdir(parents=True, exist_ok=True)
+    for name in SOURCES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=skip)
+        else:
+            shutil.copy2(source, into / name)
+    return into
+
+
 def _wheels(into: Path) -> None:
     """Every wheel the plugin needs, pure Python only."""
-    _pip("wheel", "--no-deps", "-w", str(into), str(ROOT))
+    _pip("wheel", "--no-deps", "-w", str(into), str(_source_copy(into.parent / "source")))
     pyyaml = metadata.version("PyYAML")
     _pip(
         "wheel",
