@@ -95,7 +95,6 @@ class Pacing:
     version: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _index: GrantableIndex = field(default_factory=GrantableIndex)
-    _stale: bool = True  # the book changed since the index was brought up to date
     _rebuild: bool = False  # the policies changed: every pair is recomputed
     _waiters: int = 0
     # The long polls waiting now: each one's event, under every pod it names.
@@ -249,12 +248,8 @@ class Pacing:
     def _current(self) -> GrantableIndex:
         """The index, brought up to date if the book changed or time-based room is due."""
         due = self._index.next_due()
-        if (
-            self._stale
-            or self._rebuild
-            or self.book.has_changes()
-            or (due is not None and due <= self.clock())
-        ):
+        # The book marks every change it takes (GroupBook.has_changes); time alone is the index's due.
+        if self._rebuild or self.book.has_changes() or (due is not None and due <= self.clock()):
             self._refresh()
         return self._index
 
@@ -262,7 +257,7 @@ class Pacing:
         if self._refresh_soon is not None:
             self._refresh_soon.cancel()  # done now (a no-op when this is that call)
             self._refresh_soon = None
-        everything, self._rebuild, self._stale = self._rebuild, False, False
+        everything, self._rebuild = self._rebuild, False
         became = self._index.update(
             self.book, policies=self.policies, now=self.clock(), everything=everything
         )
@@ -340,7 +335,6 @@ class Pacing:
         self.version += 1
         event, self._changed = self._changed, asyncio.Event()
         event.set()
-        self._stale = True
         if self._watchers and self._refresh_soon is None:
             # Once per loop iteration, however many changes it brings (a watch event, a grant).
             self._refresh_soon = asyncio.get_running_loop().call_soon(self._refresh)
