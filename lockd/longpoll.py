@@ -31,11 +31,15 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from lockd import asking
+from stagger.contracts.lock import RELEASE_TOKEN_HEADER
 from stagger.serving import ConnectionLimit
 
 __all__ = ["MAX_HEAD", "Ask", "Connection", "FrontDoor", "parse_head"]
 
 logger = logging.getLogger(__name__)
+
+HEAD_CACHE = 64
+"""Response heads kept encoded (`FrontDoor.head`)."""
 
 MAX_HEAD = 8190
 """The longest head read here (aiohttp's own limit for a line); a longer one is aiohttp's to refuse."""
@@ -114,9 +118,23 @@ class FrontDoor:
     # Every connection that came in, in the order it came (the oldest idle one is shed first); handed
     # ones stay until found closed, since their `connection_lost` goes to aiohttp's protocol.
     open: dict[Connection, None] = field(default_factory=dict)
+    # Response heads, encoded once: a node's answers are few (423 with one body and Retry-After, mostly),
+    # and building one (status phrase, lines, encoding) was a tenth of a 423's cost (tests/bench/lockd.md).
+    _heads: dict[tuple[int, int, tuple[tuple[str, str], ...], bool], bytes] = field(default_factory=dict)
 
     def __call__(self) -> Connection:
         return Connection(self)
+
+    def head(self, answer: asking.Answer, *, keep_alive: bool) -> bytes:
+        if any(name == RELEASE_TOKEN_HEADER for name, _ in answer.headers):
+            return answer.head(keep_alive=keep_alive)  # a first grant's token: a head of its own
+        key = (answer.status, len(answer.body), answer.headers, keep_alive)
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= HEAD_CACHE:
+                self._heads.clear()
+            head = self._heads[key] = answer.head(keep_alive=keep_alive)
+        return head
 
     def admit(self, new: Connection) -> bool:
         """Counts `new` in; over the limit, closes the oldest idle connection for it, or refuses it."""
@@ -160,13 +178,14 @@ class Connection(asyncio.Protocol):
     """One connection: reads a request head; serves a lock ask itself (a task per request, none while it
     waits for the next), hands anything else to aiohttp for the rest of the connection's life."""
 
-    __slots__ = ("_buffer", "_door", "_handed", "_task", "_timer", "_transport")
+    __slots__ = ("_buffer", "_door", "_handed", "_idle_since", "_task", "_timer", "_transport")
 
     def __init__(self, door: FrontDoor) -> None:
         self._door = door
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
         self._task: asyncio.Task[None] | None = None
         self._handed: RequestHandler | None = None
 
@@ -221,8 +240,12 @@ class Connection(asyncio.Protocol):
     # --- reading and serving ----------------------------------------------------------------------
 
     def _start_timer(self) -> None:
+        """The header timeout counts from now. A timer already set is kept and re-armed when it fires
+        early: a kept-alive connection asking again and again moves one number, not a timer."""
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._door.header_timeout, self._timed_out)
+        self._idle_since = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(self._idle_since + self._door.header_timeout, self._timed_out)
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -231,8 +254,13 @@ class Connection(asyncio.Protocol):
 
     def _timed_out(self) -> None:
         self._timer = None
-        if self._task is None and self._handed is None:
+        if self._task is not None or self._handed is not None:
+            return  # a request in progress: the timeout starts again after its answer
+        due = self._idle_since + self._door.header_timeout
+        if asyncio.get_running_loop().time() >= due:
             self.close()
+        else:
+            self._timer = asyncio.get_running_loop().call_at(due, self._timed_out)
 
     def _next(self) -> None:
         end = self._buffer.find(b"\r\n\r\n")
@@ -245,7 +273,6 @@ class Connection(asyncio.Protocol):
             self._hand_over()
             return
         del self._buffer[: end + 4]
-        self._stop_timer()
         self._task = asyncio.get_running_loop().create_task(self._serve(ask))
 
     def _alive(self) -> bool:
@@ -265,7 +292,7 @@ class Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         keep_alive = keep_alive and not self._door.closing
-        transport.write(answer.head(keep_alive=keep_alive) + answer.body)
+        transport.write(self._door.head(answer, keep_alive=keep_alive) + answer.body)
         if self._door.access_log is not None:
             peer = transport.get_extra_info("peername")
             remote = peer[0] if isinstance(peer, tuple) else "-"

@@ -1,5 +1,5 @@
 """lockd as a real process facing broken clients and restarts: a slow client is cut off at the header
-timeout, malformed HTTP gets a JSON 400 and no traceback, a port in use is one line and exit 1, the
+timeout (counted from each answer on a kept-alive connection), malformed HTTP gets a JSON 400 and no traceback, a port in use is one line and exit 1, the
 `--max-long-poll` cap, and `--state-file` keeping standalone slots across a restart."""
 
 from __future__ import annotations
@@ -52,6 +52,37 @@ def test_a_slow_client_is_cut_off_at_the_header_timeout() -> None:
                     closed = True
                     break
             assert closed, "lockd kept a connection that never sent a whole request"
+            assert time.monotonic() - started < 5
+        assert proc.poll() is None
+
+
+def _answer(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head
+
+
+def test_the_header_timeout_counts_from_each_answer_on_a_kept_alive_connection() -> None:
+    port = free_port()
+    with running_lockd("--header-timeout", "1s", port=port) as proc:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            # Asks 0.6 s apart for 2.4 s: each answer starts the timeout again, so the connection stays.
+            for i in range(4):
+                sock.sendall(f"GET /v1/lock?namespace=ns&name=p{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert _answer(sock).startswith(b"HTTP/1.1 "), f"ask {i} was not answered"
+                time.sleep(0.6)
+            # Then half a head: cut off about a second after the last answer.
+            started = time.monotonic()
+            sock.sendall(b"GET /v1/lock?namespace=ns&name=late HTTP/1.1\r\n")
+            assert sock.recv(1024) == b"", "lockd kept a connection whose head never ended"
             assert time.monotonic() - started < 5
         assert proc.poll() is None
 
