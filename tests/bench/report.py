@@ -12,7 +12,8 @@ The benchmarks, each also runnable on its own:
   and OUT/buys.png itself.
 The real herd (`python -m tests.bench realherd`), the controller at Kubernetes' published limits (`python -m
 tests.bench scale`) and the morning scale-up (`python -m tests.bench morning`) are not run: their last
-OUT/realherd.md, OUT/scale.md and OUT/morning.md are included.
+OUT/realherd.md, OUT/scale.md and OUT/morning.md are included, and OUT/goals.md (the goals with their latest
+figures, written by hand) heads the report.
 """
 
 from __future__ import annotations
@@ -165,6 +166,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "and 2; sections 3 to 6 include each benchmark's own file, which names its machine, date and command.",
         "Benchmarks measure, they do not assert; tests/lockd/test_cost_guard.py guards against tenfold",
         "regressions in `make test`.",
+        "",
+        "## Goals",
+        "",
+        "Issue 26's goals, each with its latest figure, the command that made it and, where missed, by how much",
+        "and what limits it (tests/bench/goals.md, written by hand from the sections below).",
+        "",
+        *_included(out, "goals.md"),
         "",
         "## Machine",
         "",
