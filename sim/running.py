@@ -1,14 +1,24 @@
 """How `python -m sim controlplane` and `python -m sim realcluster` run: start in the background until ready
-or until SIGTERM/SIGINT, then check the parts until a signal. One place for both commands."""
+or until SIGTERM/SIGINT, then check the parts until a signal. One place for both commands. And how a
+background task of the simulated cluster that ends with an error is reported (`report_crash`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def report_crash(task: asyncio.Task[Any]) -> None:
+    """A done callback: logs, with its traceback, a task that ended with an error (not one cancelled)."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())
 
 
 async def start_unless_stopped(

@@ -42,6 +42,7 @@ from sim.cluster.scenario import (
 )
 from sim.cluster.startup import ModelSettings
 from sim.kubeconfig import write_kubeconfig
+from sim.running import report_crash
 from stagger.informer import InformerSettings
 from stagger.kube import BY_KIND, NAMESPACES, PODS, ApiError, Resource, RestClient
 from stagger.objects import Obj
@@ -121,6 +122,11 @@ class ClusterSettings:
         return cls(**{**fields, **overrides})
 
 
+def http_connections(settings: ClusterSettings, *, nodes: int) -> int:
+    """The connection limit of an HTTP session serving `nodes` nodes' kubelets (`http_connection_limit`)."""
+    return settings.http_connection_limit or 100 + 4 * nodes
+
+
 class SimCluster:
     """Nodes with their kubelets (and lockd processes when stagger is on), and on the emulator a scheduler
     and the workload controllers."""
@@ -196,8 +202,9 @@ class SimCluster:
         else:
             self._work_dir = s.work_dir
             self._work_dir.mkdir(parents=True, exist_ok=True)
-        limit = s.http_connection_limit or 100 + 4 * s.nodes.count
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=http_connections(s, nodes=s.nodes.count))
+        )
         self._client = self.api.client(self._session, request_timeout=s.request_timeout_seconds)
         ips = [self.node_ip(i) for i in range(s.nodes.count)]
         for i, ip in enumerate(ips):
@@ -283,7 +290,7 @@ class SimCluster:
                 clock_start=self.clock.start,
                 clock_base=self.clock.base,
                 request_timeout_seconds=s.request_timeout_seconds,
-                connection_limit=100 + 4 * len(mine),
+                connection_limit=http_connections(s, nodes=len(mine)),
                 fork_socket=None if self.fork_server is None else self.fork_server.socket_path,
                 launch_concurrency=gate_concurrency,
                 launch_hold_seconds=s.launch_hold_seconds,
@@ -306,7 +313,7 @@ class SimCluster:
 
     def _run(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(_report_crash)
+        task.add_done_callback(report_crash)
         self._tasks.append(task)
 
     async def _start_lockds(self, ips: Sequence[str]) -> None:
@@ -486,8 +493,3 @@ class SimCluster:
         stagger = replace(self.settings.stagger, host_port=self.host_port or self.settings.stagger.host_port)
         for workload in scenario.workloads:
             await self.apply(workload_manifest(workload, stagger=stagger))
-
-
-def _report_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())

@@ -36,6 +36,7 @@ from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings, NodeStats
 from sim.cluster.launchers.forkserver import ForkServer
 from sim.cluster.launchers.initproc import LaunchGate
+from sim.running import report_crash
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ async def serve(spec: PoolSpec) -> None:
         }
         tasks = [asyncio.create_task(k.run(), name=f"kubelet-{name}") for name, k in kubelets.items()]
         for task in tasks:
-            task.add_done_callback(_report_crash)
+            task.add_done_callback(report_crash)
         _say("ready")
         answering = asyncio.create_task(_answer(commands, kubelets))
         stopped = asyncio.create_task(stopping.wait())
@@ -179,11 +180,6 @@ async def _answer(commands: asyncio.StreamReader, kubelets: dict[str, Kubelet]) 
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def _report_crash(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())
 
 
 def main(argv: list[str]) -> None:
