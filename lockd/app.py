@@ -214,11 +214,20 @@ async def show_status(request: web.Request) -> web.Response:
         doc["policy"]["nodeLabels"] = view.node_labels()
     watch = app[CLUSTER].group_watch if CLUSTER in app else None
     if watch is not None:
+        watch.pushed.expire(service.clock())
         doc["groupStream"] = {
             "connected": watch.healthy,
             "requests": watch.requests,
             "wakeups": watch.wakeups,
             "stepAside": len(service.ledger.group_aside(service.clock())),
+            # Grants the controller gave in the stream's answers: received, used by their pods, lapsed
+            # unused (the pod asked again or left), and held now.
+            "pushedGrants": {
+                "received": watch.pushed.received,
+                "used": watch.pushed.used,
+                "lapsed": watch.pushed.lapsed,
+                "held": len(watch.pushed),
+            },
         }
     if fmt == "text":
         return web.Response(text=status.render_text(doc))

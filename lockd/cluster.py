@@ -369,6 +369,7 @@ class ClusterFinisher:
         names: Names,
         watch: GroupWatch | None = None,
         recheck: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._view = view
@@ -378,6 +379,7 @@ class ClusterFinisher:
         # again after `recheck` at the latest (a bound in case a wake-up is lost).
         self._watch = watch
         self._recheck = recheck
+        self._clock = clock
         self._warned_no_controller = False
 
     async def finish(self, slot: ledger.Slot, *, wall: float) -> throttles.Verdict:
@@ -445,6 +447,11 @@ class ClusterFinisher:
                 )
                 self._warned_no_controller = True
             return "groupPacerNotConfigured"
+        if self._watch is not None and self._watch.pushed.take(
+            (slot.namespace, slot.name), uid=slot.uid, now=self._clock()
+        ):
+            logger.debug("%s/%s: granted by group %s in the wait stream", slot.namespace, slot.name, group)
+            return None
         answer = await self._groups.ask(
             {
                 "namespace": slot.namespace,

@@ -18,7 +18,7 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from lockd import cluster, groups, heap, pods, podtoken
+from lockd import cluster, groups, heap, ledger, pods, podtoken
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
 from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.nodepolicy import choose_node_policy
@@ -73,14 +73,22 @@ def _group_parts(
         node=settings.node.node_name,
         wait=options.group_wait,
         timeout=options.controller_timeout,
-        aside=lambda: service().ledger.group_aside(service().clock()),
+        aside=lambda: _aside(service()),
         on_grantable=lambda keys: service().wake_waiters(keys),
         on_unhealthy=lambda: service().ledger.cap_group_aside(
             service().clock() + groups.UNREACHABLE_RETRY_SECONDS
         ),
+        pushed=groups.PushedGrants(),
+        clock=time.monotonic,  # the service's clock
         ssl_context=controller_ssl,
     )
     return client, watch
+
+
+def _aside(service: LockService) -> list[tuple[ledger.PodKey, str]]:
+    """The pods stepping aside for their group now, with their uids (a grant is for that pod only)."""
+    queue = service.ledger.queue
+    return [(key, queue[key].uid) for key in service.ledger.group_aside(service.clock())]
 
 
 async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> None:
@@ -158,6 +166,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
                 names=names,
                 watch=group_watch,
                 recheck=settings.groups.group_recheck,
+                clock=time.monotonic,
             ),
             announcer=(
                 cluster.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=time.time)

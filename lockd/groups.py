@@ -19,7 +19,7 @@ from typing import Any, Literal
 import aiohttp
 
 from lockd.ledger import PodKey
-from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, WaitRequest
+from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, PodName, WaitRequest
 from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
@@ -148,27 +148,98 @@ class GroupClient:
         return verdict
 
 
-def parse_wait_answer(data: object) -> list[PodKey]:
-    """The controller's answer to `POST /v1/groups/wait`; raises ValueError if it is not the contract's shape."""
-    pods = data.get("grantable") if isinstance(data, dict) else None
+@dataclass(frozen=True)
+class WaitReply:
+    """The controller's answer to a wait: pods that may go (`grantable`: they ask `POST /v1/groups/grant`)
+    and pods it granted in the answer (`granted`, with their uids as the wait named them), reserved for
+    `granted_for` seconds from when it answered."""
+
+    grantable: list[PodKey]
+    granted: list[tuple[PodKey, str]]
+    granted_for: float
+
+
+def _pod_list(data: dict[str, Any], field_name: str) -> list[tuple[PodKey, str]]:
+    pods = data.get(field_name, [])
     if not isinstance(pods, list):
-        raise ValueError(f"answer is not {{grantable: [{{namespace, name}}]}}: {str(data)[:200]}")
-    keys: list[PodKey] = []
+        raise ValueError(f"{field_name} must be a list of {{namespace, name}}: {str(pods)[:200]}")
+    entries: list[tuple[PodKey, str]] = []
     for pod in pods:
         if (
             not isinstance(pod, dict)
             or not isinstance(pod.get("namespace"), str)
             or not isinstance(pod.get("name"), str)
+            or not isinstance(pod.get("uid", ""), str)
         ):
-            raise ValueError(f"grantable entries must be {{namespace, name}}: {str(pod)[:200]}")
-        keys.append((pod["namespace"], pod["name"]))
-    return keys
+            raise ValueError(f"{field_name} entries must be {{namespace, name[, uid]}}: {str(pod)[:200]}")
+        entries.append(((pod["namespace"], pod["name"]), pod.get("uid", "")))
+    return entries
+
+
+def parse_wait_answer(data: object) -> WaitReply:
+    """The controller's answer to `POST /v1/groups/wait`; raises ValueError if it is not the contract's shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("grantable"), list):
+        raise ValueError(f"answer is not {{grantable: [{{namespace, name}}]}}: {str(data)[:200]}")
+    granted_for = data.get("grantedFor", 0.0)
+    if isinstance(granted_for, bool) or not isinstance(granted_for, int | float) or granted_for < 0:
+        raise ValueError(f"grantedFor must be a number of seconds >= 0 (got {granted_for!r})")
+    return WaitReply(
+        grantable=[key for key, _ in _pod_list(data, "grantable")],
+        granted=_pod_list(data, "granted"),
+        granted_for=float(granted_for),
+    )
+
+
+class PushedGrants:
+    """Grants the controller gave in a wait's answer, until their pods take their node slot. A pushed
+    grant is used only within half the time the controller keeps it reserved (`grantedFor`, counted from
+    when lockd read the answer, which is after the controller reserved it), so the pod's `granted-at`
+    reaches the controller before the reservation can lapse: the group's limit holds as it does for
+    `POST /v1/groups/grant`. Past that, the pod asks as before (which the controller answers from the same
+    reservation while it lasts). Pure: `now` is given."""
+
+    def __init__(self) -> None:
+        self._until: dict[PodKey, tuple[str, float]] = {}
+        self.received = 0
+        self.used = 0
+        self.lapsed = 0
+
+    def add(self, granted: list[tuple[PodKey, str]], *, granted_for: float, now: float) -> None:
+        self.expire(now)
+        for key, uid in granted:
+            if key in self._until:
+                self.lapsed += 1  # granted again: the earlier grant is replaced
+            self._until[key] = (uid, now + granted_for / 2)
+        self.received += len(granted)
+
+    def take(self, key: PodKey, *, uid: str, now: float) -> bool:
+        """Whether the pod may start on a grant the controller pushed (used once)."""
+        self.expire(now)
+        pushed = self._until.pop(key, None)
+        if pushed is None:
+            return False
+        if pushed[0] and uid and pushed[0] != uid:
+            self.lapsed += 1  # granted to an earlier pod of that name
+            return False
+        self.used += 1
+        return True
+
+    def expire(self, now: float) -> None:
+        for key, (_, until) in list(self._until.items()):
+            if until <= now:
+                del self._until[key]
+                self.lapsed += 1
+
+    def __len__(self) -> int:
+        return len(self._until)
 
 
 class GroupWatch:
     """The node's one long poll to the controller (`POST /v1/groups/wait`): it names the pods stepping
-    aside for their group pacer and is answered as soon as any of them may go; `on_grantable` then ends
-    their step-aside, and they ask again (`POST /v1/groups/grant`) at once.
+    aside for their group pacer and is answered as soon as any of them may go, granted in the answer
+    (`grant: true`, kept in `pushed`); `on_grantable` then ends their step-aside, and they start as soon as
+    the node throttles allow, without asking the controller again. (A controller of before that answers
+    with `grantable` pods only, which ask `POST /v1/groups/grant` at once.)
 
     While it works (`healthy`), a pod the group said no to steps aside for `--group-recheck` (a bound, in
     case a wake-up is lost), not for the controller's short retryAfter: the requests lockd sends grow with
@@ -189,9 +260,11 @@ class GroupWatch:
         node: str,
         wait: float,
         timeout: float,
-        aside: Callable[[], list[PodKey]],
+        aside: Callable[[], list[tuple[PodKey, str]]],
         on_grantable: Callable[[list[PodKey]], None],
         on_unhealthy: Callable[[], None],
+        pushed: PushedGrants,
+        clock: Callable[[], float],
         ssl_context: ssl.SSLContext | bool = True,
         max_backoff: float = 30.0,
     ) -> None:
@@ -205,6 +278,8 @@ class GroupWatch:
         self._aside = aside
         self._on_grantable = on_grantable
         self._on_unhealthy = on_unhealthy
+        self.pushed = pushed
+        self._clock = clock
         self._ssl = ssl_context
         self._max_backoff = max_backoff
         self._changed = asyncio.Event()
@@ -225,7 +300,7 @@ class GroupWatch:
                 await wait_event(self._changed, within=self._wait)
                 continue
             try:
-                woken = await self._poll(keys)
+                reply = await self._poll(keys)
             except _Unsupported as err:
                 self._set_unhealthy(str(err))
                 await asyncio.sleep(self.UNSUPPORTED_RETRY_SECONDS)
@@ -236,22 +311,26 @@ class GroupWatch:
                 delay = min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))
                 continue
-            if woken is None:
+            if reply is None:
                 continue  # cut short: ask again naming the new pods too
             failures = 0
             if not self.healthy:
                 logger.info("group wait stream to the controller is up")
             self.healthy = True
+            if reply.granted:
+                self.pushed.add(reply.granted, granted_for=reply.granted_for, now=self._clock())
+            woken = reply.grantable + [key for key, _ in reply.granted]
             if woken:
                 self.wakeups += 1
                 self._on_grantable(woken)
 
-    async def _poll(self, keys: list[PodKey]) -> list[PodKey] | None:
+    async def _poll(self, pods: list[tuple[PodKey, str]]) -> WaitReply | None:
         """One long poll; None when it was cut short because more pods stepped aside meanwhile."""
         body: WaitRequest = {
             "node": self._node,
             "wait": self._wait,
-            "pods": [{"namespace": ns, "name": n} for ns, n in keys],
+            "pods": [_pod_name(key, uid) for key, uid in pods],
+            "grant": True,
         }
         request = asyncio.ensure_future(self._post(body))
         # Its failure is handled below or by the caller; when this poll is itself cancelled (lockd
@@ -273,7 +352,7 @@ class GroupWatch:
             await request
         return None
 
-    async def _post(self, body: WaitRequest) -> list[PodKey]:
+    async def _post(self, body: WaitRequest) -> WaitReply:
         self.requests += 1
         async with self._session.post(
             self._url, json=body, headers=_headers(self._token_file), timeout=self._timeout, ssl=self._ssl
@@ -293,6 +372,13 @@ class GroupWatch:
             self._on_unhealthy()
         else:
             logger.debug("group wait stream: %s", error)
+
+
+def _pod_name(key: PodKey, uid: str) -> PodName:
+    named: PodName = {"namespace": key[0], "name": key[1]}
+    if uid:
+        named["uid"] = uid
+    return named
 
 
 class _Unsupported(Exception):

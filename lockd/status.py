@@ -51,11 +51,19 @@ class QueueStatus(TypedDict, total=False):
     phase: str  # cluster mode
 
 
+class PushedGrantsStatus(TypedDict):
+    received: int
+    used: int
+    lapsed: int
+    held: int
+
+
 class GroupStreamStatus(TypedDict):
     connected: bool
     requests: int
     wakeups: int
     stepAside: int  # pods stepping aside for their group now
+    pushedGrants: PushedGrantsStatus  # granted in the stream's answers
 
 
 class Status(TypedDict):

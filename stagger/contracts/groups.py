@@ -31,18 +31,27 @@ class GrantAnswer(TypedDict):
 class PodName(TypedDict):
     namespace: str
     name: str
+    uid: NotRequired[str]  # in a wait: the pod's metadata.uid, so that a grant is never for another pod
 
 
 class WaitRequest(TypedDict):
-    """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go."""
+    """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go. With
+    `grant: true` the controller also grants them in the answer (reserved as `POST /v1/groups/grant`
+    would), so that the node starts them without a request of its own for each."""
 
     node: str
     wait: float
     pods: list[PodName]
+    grant: NotRequired[bool]
 
 
 class WaitAnswer(TypedDict):
+    """`grantable`: pods that may go (a wait without `grant`). `granted`: pods granted and reserved for
+    `grantedFor` seconds (a wait with `grant: true`), as named in the request."""
+
     grantable: list[PodName]
+    granted: NotRequired[list[PodName]]
+    grantedFor: NotRequired[float]
 
 
 class NotLeaderBody(TypedDict):

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -181,6 +181,16 @@ class Row:
     """CPU-seconds each part of the test bed used from the apply to the end of the run (herd rows only)."""
     control_plane: str
     time_scale: float
+    api_requests_by_kind: dict[str, float] = field(default_factory=dict)
+    """API requests per pod by "VERB resource[/sub]" (those of at least 0.05 a pod), from the API server's
+    own count: what each configuration adds, kind by kind."""
+
+
+def by_kind_per_pod(before: dict[str, int], after: dict[str, int], *, pods: int) -> dict[str, float]:
+    """The requests made between two counts by kind, per pod, most first (kinds under 0.05 a pod left out)."""
+    per_pod = {kind: (count - before.get(kind, 0)) / pods for kind, count in after.items()}
+    kept = {kind: round(value, 2) for kind, value in per_pod.items() if value >= 0.05}
+    return dict(sorted(kept.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _overrides(knobs: Knobs, nodes: int) -> dict[str, Any]:
@@ -251,8 +261,9 @@ async def _run_herd(
     knobs: Knobs,
     prepare: ClusterStep | None,
     start: ClusterStep | None,
-) -> tuple[RunResult, list[list[float]], dict[str, float]]:
-    """A run without the controller: its result, the arrivals and the CPU-seconds by part."""
+) -> tuple[RunResult, list[list[float]], dict[str, float], dict[str, float]]:
+    """A run without the controller: its result, the arrivals, the CPU-seconds by part and the API
+    requests per pod by kind."""
     async with (
         open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api,
         SimCluster(api=api.backend, settings=settings) as cluster,
@@ -261,6 +272,7 @@ async def _run_herd(
             await prepare(cluster)
         applied_at = cluster.clock.now()
         cpu_before = cpu_seconds_by_part()
+        counts_before = await api.request_counts()
         result = await measure(
             staggered,
             cluster=cluster,
@@ -269,8 +281,9 @@ async def _run_herd(
             start=None if start is None else functools.partial(start, cluster),
         )
         cpu_after = cpu_seconds_by_part()
+        kinds = by_kind_per_pod(counts_before, await api.request_counts(), pods=result.pods)
         cpu = {k: round(v - cpu_before.get(k, 0.0), 1) for k, v in cpu_after.items()}
-    return result, arrivals(cluster, applied_at), cpu
+    return result, arrivals(cluster, applied_at), cpu, kinds
 
 
 async def run_config(
@@ -294,10 +307,11 @@ async def run_config(
     began = time.monotonic()
     came: list[list[float]] | None = None
     cpu: dict[str, float] = {}
+    kinds: dict[str, float] = {}
     if not config.startswith("group-"):
         staggered = with_stagger(scen, config != "none")
         settings = ClusterSettings.from_scenario(staggered, **overrides)
-        result, came, cpu = await _run_herd(
+        result, came, cpu, kinds = await _run_herd(
             staggered,
             control_plane=control_plane,
             settings=settings,
@@ -317,9 +331,10 @@ async def run_config(
             clusters.append((sim, sim.clock.now()))
 
         async with open_api(control_plane, quiet=True, extra_args=_plane_args(knobs)) as api:
-            before = await api.request_count()
+            before, counts_before = await api.request_count(), await api.request_counts()
             run = await run_group(scen, api=api.backend, during=keep, **overrides)
             requests = await api.request_count() - before
+            kinds = by_kind_per_pod(counts_before, await api.request_counts(), pods=pods)
         done, restarts = run.all_ready_seconds, run.restarts
         peak = max(clusters[0][0].peak_starting().values(), default=0) if clusters else 0
         ready_at_end = run.timeline[-1].ready if run.timeline else 0
@@ -347,6 +362,7 @@ async def run_config(
         cpu_seconds=cpu,
         control_plane=control_plane,
         time_scale=knobs.time_scale,
+        api_requests_by_kind=kinds,
     )
 
 
@@ -404,6 +420,10 @@ def cell_medians(rows: Sequence[Row]) -> list[tuple[Row, list[Row]]]:
             cpu_seconds={},
             control_plane=first.control_plane,
             time_scale=first.time_scale,
+            api_requests_by_kind={
+                kind: round(_median([r.api_requests_by_kind.get(kind, 0.0) for r in runs]), 2)
+                for kind in first.api_requests_by_kind
+            },
         )
         merged.append((row, runs))
     return merged
@@ -452,9 +472,34 @@ def markdown(rows: Sequence[Row], *, command: str, notes: str = "") -> str:
             f"| {last} | {r.restarts} "
             f"| {r.max_starting_per_node} | {r.api_requests_per_pod:.1f} | {r.time_scale:g} | {r.wall_seconds:.0f} |"
         )
+    lines += by_kind_table([r for r, _ in cells])
     if notes:
         lines += ["", notes]
     return "\n".join(lines) + "\n"
+
+
+def by_kind_table(rows: Sequence[Row]) -> list[str]:
+    """API requests per pod by kind, a column per cell (median of its runs): where each mode's requests go."""
+    rows = [r for r in rows if r.api_requests_by_kind]
+    if not rows:
+        return []
+    kinds = sorted(
+        {kind for r in rows for kind in r.api_requests_by_kind},
+        key=lambda kind: (-max(r.api_requests_by_kind.get(kind, 0.0) for r in rows), kind),
+    )
+    lines = [
+        "",
+        "API requests per pod by kind (the API server's own count; kinds under 0.05 a pod in every cell left out):",
+        "",
+        "| kind | " + " | ".join(f"{r.config} ({r.pods})" for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
+    for kind in kinds:
+        cells = " | ".join(f"{r.api_requests_by_kind.get(kind, 0.0):.2f}" for r in rows)
+        lines.append(f"| {kind} | {cells} |")
+    total = " | ".join(f"{r.api_requests_per_pod:.1f}" for r in rows)
+    lines.append(f"| all | {total} |")
+    return lines
 
 
 def plot(rows: Sequence[Row], path: Path) -> None:

@@ -20,8 +20,9 @@ The cluster, all played by this process on one event loop:
   lets one pod start at a time (`maxConcurrent: 1`). Each group's oldest pod is created started (granted-at,
   no staggered label), as lockd's grant leaves a pod; every other pod is held.
 - one lockd stand-in per node: one long poll `POST /v1/groups/wait` naming the node's held pods, oldest first
-  (lockd's pods stepping aside for their group); answered, `POST /v1/groups/grant` for the pods named, each
-  grant recorded on its pod as lockd records it (granted-at, the staggered label removed). A new pod on the
+  (lockd's pods stepping aside for their group), with `grant: true`; answered, each pod granted in the answer
+  is recorded on its pod as lockd records a grant (granted-at, the staggered label removed), with no
+  request of its own. A new pod on the
   node asks for a grant once, then steps aside: the open wait is replaced by one naming it too, as lockd's
   GroupWatch does (a cancelled request closes its connection: a new TLS connection). The streams are opened
   over a ramp (up to 10 s), then everything runs WARMUP seconds before the window.
@@ -283,8 +284,11 @@ class Node:
                 self.opened = True
                 await self.changed.wait()
                 continue
-            pods = [{"namespace": NS, "name": name} for name in self.held]
-            body = {"node": self.name, "wait": WAIT_SECONDS, "pods": pods}
+            pods = [
+                {"namespace": NS, "name": name, "uid": self.cluster.uid_of.get(name, "")}
+                for name in self.held
+            ]
+            body = {"node": self.name, "wait": WAIT_SECONDS, "pods": pods, "grant": True}
             request = asyncio.ensure_future(self.cluster.post(WAIT_PATH, body))
             self.opened = True
             changed = asyncio.ensure_future(self.changed.wait())
@@ -298,14 +302,17 @@ class Node:
             if request.cancelled():
                 continue
             try:
-                names = [pod["name"] for pod in request.result()["grantable"]]
+                names = [pod["name"] for pod in request.result()["granted"]]
             except (ValueError, aiohttp.ClientError, TimeoutError) as err:
                 self.cluster.stats[f"wait error: {str(err)[:60]}"] += 1
                 await asyncio.sleep(1.0)
                 continue
             self.cluster.named(names)
+            # Granted in the answer, as lockd uses such grants: recorded on the pod, no request of its own.
+            self.cluster.stats["grants in a wait's answer"] += len(names)
             for name in names:
-                await self.grant(name)
+                if self.held.pop(name, "gone") is None:
+                    await self.cluster.started_pod(name)
 
 
 async def open_loop(

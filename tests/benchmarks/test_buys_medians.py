@@ -1,12 +1,12 @@
 """How `python -m tests.bench buys --runs N` folds the runs of one cell into its row: medians of the times
 and ratios when every run reached all Ready, "not reached" otherwise, and the worst run's safety figures;
-the markdown names each run's time."""
+the markdown names each run's time, and the requests by kind per pod (a column per cell)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.bench.buys_bench import Row, cell_medians, markdown
+from tests.bench.buys_bench import Row, by_kind_per_pod, cell_medians, markdown
 
 RUN = Row(
     config="node",
@@ -51,3 +51,19 @@ def test_a_cell_with_a_run_that_did_not_finish_is_not_reached() -> None:
     ((row, _),) = cell_medians(runs)
     assert (row.all_ready_seconds, row.ratio, row.ready_at_end) == (None, None, 55)
     assert "not reached (55 Ready) [90.0, (50 Ready)]" in markdown(runs, command="c")
+
+
+def test_requests_by_kind_per_pod_are_the_difference_of_two_counts_and_a_table_with_medians() -> None:
+    before = {"PATCH pods": 10, "POST events": 5, "GET nodes": 100}
+    after = {"PATCH pods": 130, "POST events": 65, "GET nodes": 102, "POST pods": 60}
+    kinds = by_kind_per_pod(before, after, pods=60)
+    assert kinds == {"PATCH pods": 2.0, "POST events": 1.0, "POST pods": 1.0}  # GET nodes: 0.03 a pod
+    runs = [
+        replace(RUN, api_requests_by_kind=kinds),
+        replace(RUN, api_requests_by_kind={**kinds, "PATCH pods": 3.0}),
+        replace(RUN, api_requests_by_kind={**kinds, "PATCH pods": 2.5}),
+    ]
+    ((row, _),) = cell_medians(runs)
+    assert row.api_requests_by_kind["PATCH pods"] == 2.5
+    text = markdown(runs, command="c")
+    assert "| kind | node (60) |" in text and "| PATCH pods | 2.50 |" in text

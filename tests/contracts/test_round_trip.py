@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from initclient.client import Reply, Request, fetch_lock
-from lockd.groups import parse_answer, parse_wait_answer
+from lockd.groups import WaitReply, parse_answer, parse_wait_answer
 from stagger.contracts.groups import AdmitRequest, GrantAnswer, GrantRequest, WaitAnswer, WaitRequest
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER, LockParams, LockReply
 from tests.lockd import conftest as lockd_conftest
@@ -99,13 +99,33 @@ def test_the_controller_answers_are_what_lockd_reads() -> None:
     verdict = parse_answer(json.loads(json.dumps(answer)))
     assert (verdict.granted, verdict.reason, verdict.retry_after) == (False, answer["reason"], 1.5)
     grantable: WaitAnswer = {"grantable": [{"namespace": "shop", "name": "web-2"}]}
-    assert parse_wait_answer(json.loads(json.dumps(grantable))) == [("shop", "web-2")]
+    assert parse_wait_answer(json.loads(json.dumps(grantable))) == WaitReply(
+        grantable=[("shop", "web-2")], granted=[], granted_for=0.0
+    )
+    granted: WaitAnswer = {
+        "grantable": [],
+        "granted": grants.pod_names([("shop", "web-3")], uids={("shop", "web-3"): "u3"}),
+        "grantedFor": 60.0,
+    }
+    assert parse_wait_answer(json.loads(json.dumps(granted))) == WaitReply(
+        grantable=[], granted=[(("shop", "web-3"), "u3")], granted_for=60.0
+    )
 
 
 def test_a_wait_and_an_admit_request_are_what_the_leader_reads() -> None:
-    wait: WaitRequest = {"node": "n1", "wait": 25.0, "pods": [{"namespace": "shop", "name": "web-2"}]}
-    node, seconds, keys = grants.parse_wait(json.dumps(wait).encode())
-    assert (node, seconds, keys) == ("n1", 25.0, [("shop", "web-2")])
+    wait: WaitRequest = {
+        "node": "n1",
+        "wait": 25.0,
+        "pods": [{"namespace": "shop", "name": "web-2"}, {"namespace": "shop", "name": "web-3", "uid": "u3"}],
+        "grant": True,
+    }
+    assert grants.parse_wait(json.dumps(wait).encode()) == grants.WaitAsk(
+        node="n1",
+        wait=25.0,
+        pods=[("shop", "web-2"), ("shop", "web-3")],
+        uids={("shop", "web-3"): "u3"},
+        grant=True,
+    )
     admit: AdmitRequest = {
         "pacerGroups": [["p", "k"]],
         "bypassedGroups": [],

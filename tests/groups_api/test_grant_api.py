@@ -4,7 +4,8 @@ mutated by the controller's admission, seen by its watch, and paced by the seed'
 
 Covers: the oldest four of a group are granted and the fifth is not, with the pacer in the reason; a
 grant is idempotent; the node's long poll (`/v1/groups/wait`) answers as soon as the group gains room
-(two pods turn Ready) and names only pods that may go; every refusal of a bad caller (401 without or with
+(two pods turn Ready) and names only pods that may go; with `grant: true` it grants them in its answer,
+reserved (the room they take is gone for the next ask), and never to a pod named by another uid; every refusal of a bad caller (401 without or with
 a wrong token, 400 naming the bad field); and `/status` lists the group with its counts and limit, and
 `/metrics` has them too."""
 
@@ -118,6 +119,30 @@ async def test_the_wait_names_only_the_pods_that_may_go_and_times_out_empty(
     assert 0.25 <= time.monotonic() - started < 5.0
 
 
+async def test_a_wait_with_grant_grants_in_its_answer_and_the_room_is_taken(
+    setup: tuple[Api, Controller],
+) -> None:
+    api, controller = setup
+    names = await _herd(api, controller, 6)
+    held = [{"namespace": "default", "name": name} for name in names[3:]]
+    status, answer = await controller.post(
+        "/v1/groups/wait", {"node": "n1", "wait": 5, "pods": held, "grant": True}
+    )
+    # Of the three named, only the fourth oldest is among the four that may start: granted, and reserved
+    # for as long as a POST /v1/groups/grant's grant is.
+    assert status == 200, answer
+    assert answer == {"grantable": [], "granted": [held[0]], "grantedFor": 60.0}
+    assert (await controller.grant(names[3]))["granted"]  # the same grant, asked again
+    # The three oldest are held, not granted: with the fourth reserved, the fifth may not go.
+    assert not (await controller.grant(names[4]))["granted"]
+    # A wait naming a pod by another uid (a pod of that name the controller has not seen) grants nothing.
+    stranger = {"namespace": "default", "name": names[0], "uid": "not-its-uid"}
+    status, answer = await controller.post(
+        "/v1/groups/wait", {"node": "n1", "wait": 0.3, "pods": [stranger], "grant": True}
+    )
+    assert (status, answer) == (200, {"grantable": [], "granted": [], "grantedFor": 60.0})
+
+
 @pytest.mark.parametrize(
     ("path", "body", "token", "status", "needle"),
     [
@@ -152,6 +177,22 @@ async def test_the_wait_names_only_the_pods_that_may_go_and_times_out_empty(
             id="wait-bad-pod",
         ),
         pytest.param("/v1/groups/wait", {"pods": []}, "ok", 400, "node", id="wait-no-node"),
+        pytest.param(
+            "/v1/groups/wait",
+            {"node": "n", "pods": [], "grant": "yes"},
+            "ok",
+            400,
+            "grant",
+            id="wait-bad-grant",
+        ),
+        pytest.param(
+            "/v1/groups/wait",
+            {"node": "n", "pods": [{"namespace": "d", "name": "x", "uid": 7}]},
+            "ok",
+            400,
+            "pods[0].uid",
+            id="wait-bad-uid",
+        ),
     ],
 )
 async def test_bad_callers_are_refused_with_a_reason(

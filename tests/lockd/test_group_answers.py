@@ -1,10 +1,14 @@
-"""lockd's reading of the controller's group grant answers, and the unavailability clock (pure parts)."""
+"""lockd's reading of the controller's group grant and wait answers, the grants pushed in a wait's answer
+(used once, by the pod of the uid named, only within half their reservation), and the unavailability clock
+(pure parts)."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from lockd.groups import Availability, parse_answer
+from lockd.groups import Availability, PushedGrants, parse_answer, parse_wait_answer
 
 
 @pytest.mark.parametrize(
@@ -45,3 +49,43 @@ def test_unavailable_after_the_grace_then_policy(policy: str, granted: bool) -> 
     assert f"groupFailurePolicy {policy}" in late.reason
     clock.succeeded()
     assert not clock.failed(now=200.0, error="refused").granted  # a new outage starts its own clock
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param({"granted": []}, id="no-grantable"),
+        pytest.param({"grantable": [], "granted": {}}, id="granted-not-list"),
+        pytest.param({"grantable": [], "granted": [{"namespace": "d"}]}, id="granted-no-name"),
+        pytest.param({"grantable": [], "granted": [{"namespace": "d", "name": "p", "uid": 1}]}, id="bad-uid"),
+        pytest.param({"grantable": [], "grantedFor": -1}, id="negative-granted-for"),
+    ],
+)
+def test_malformed_wait_answers_are_errors(data: object) -> None:
+    with pytest.raises(ValueError):
+        parse_wait_answer(data)
+
+
+def test_a_pushed_grant_is_used_once_by_its_pod_within_half_its_reservation() -> None:
+    pushed = PushedGrants()
+    pushed.add([(("d", "a"), "uid-a"), (("d", "b"), "uid-b"), (("d", "c"), "")], granted_for=60.0, now=100.0)
+    assert pushed.take(("d", "a"), uid="uid-a", now=129.0)
+    assert not pushed.take(("d", "a"), uid="uid-a", now=129.0)  # once
+    assert not pushed.take(("d", "b"), uid="another-pod", now=110.0)  # a pod recreated under that name
+    assert not pushed.take(("d", "c"), uid="uid-c", now=130.0)  # half of 60 s is over
+    assert (pushed.received, pushed.used, pushed.lapsed, len(pushed)) == (3, 1, 2, 0)
+
+
+@given(
+    granted_for=st.floats(min_value=0, max_value=120),
+    asks=st.lists(st.floats(min_value=0, max_value=200), max_size=6),
+)
+def test_a_pushed_grant_is_never_used_after_half_its_reservation_nor_twice(
+    granted_for: float, asks: list[float]
+) -> None:
+    pushed = PushedGrants()
+    pushed.add([(("d", "p"), "u")], granted_for=granted_for, now=0.0)
+    used = [now for now in sorted(asks) if pushed.take(("d", "p"), uid="u", now=now)]
+    assert len(used) <= 1
+    assert all(now < granted_for / 2 for now in used)
+    assert pushed.received == pushed.used + pushed.lapsed + len(pushed)

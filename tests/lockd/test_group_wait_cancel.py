@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from lockd.groups import GroupWatch
+from lockd.groups import GroupWatch, PushedGrants
 
 
 async def test_a_poll_cancelled_while_its_request_fails_leaves_no_unretrieved_exception() -> None:
@@ -45,11 +46,13 @@ async def test_a_poll_cancelled_while_its_request_fails_leaves_no_unretrieved_ex
                 node="node-a",
                 wait=30.0,
                 timeout=60.0,
-                aside=lambda: [("default", "web-0")],
+                aside=lambda: [(("default", "web-0"), "uid-0")],
                 on_grantable=lambda keys: None,
                 on_unhealthy=lambda: None,
+                pushed=PushedGrants(),
+                clock=time.monotonic,
             )
-            poll = asyncio.create_task(watch._poll([("default", "web-0")]))
+            poll = asyncio.create_task(watch._poll([(("default", "web-0"), "uid-0")]))
             await asyncio.wait_for(arrived.wait(), timeout=10)
             poll.cancel()  # lockd stops
             drop.set()

@@ -1,8 +1,9 @@
 """lockd and the real controller process together on the API emulator (lock mode, a group of at most one
 pod starting): the pod the group holds steps aside, lockd's one long poll to the controller
 (`POST /v1/groups/wait`) names it, and the moment the group gains room (the starting pod turns Ready)
-the held pod's own long poll to lockd is answered 200. No per-pod polling in between: the pod steps
-aside for --group-recheck (60 s), far longer than the test takes."""
+the held pod's own long poll to lockd is answered 200, on the grant the controller gave in the stream's
+answer. No per-pod polling in between: the pod steps aside for --group-recheck (60 s), far longer than the
+test takes."""
 
 from __future__ import annotations
 
@@ -70,3 +71,5 @@ async def test_a_held_pod_is_granted_as_soon_as_its_group_has_room(
         # Woken by the stream, not by asking again: one wake-up, a couple of long polls, nobody aside.
         assert stream["connected"] and stream["wakeups"] == 1 and stream["stepAside"] == 0, stream
         assert stream["requests"] <= 4, stream
+        # Granted in the stream's answer: the pod started on that grant, not on a request of its own.
+        assert stream["pushedGrants"] == {"received": 1, "used": 1, "lapsed": 0, "held": 0}, stream

@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from stagger.contracts import groups as contract
+from stagger.groupbook import RESERVATION_SECONDS, PodKey
 from stagger.serving import json_response
 from stagger.waiting import wait_event
 from webhook.admission import EvictAnswer, EvictQuestion, wire
@@ -90,10 +91,33 @@ async def wait(request: web.Request) -> web.Response:
     asked = await _read(request, grants.parse_wait, refused=_refusal(request))
     if isinstance(asked, web.Response):
         return asked
-    _node, seconds, keys = asked
-    found = await request.app[GROUPS].pacing.wait_grantable(keys, within=seconds)
-    answer: contract.WaitAnswer = {"grantable": [{"namespace": ns, "name": name} for ns, name in found]}
+    pacing = request.app[GROUPS].pacing
+    found = await pacing.wait_grantable(asked.pods, within=asked.wait)
+    if not asked.grant:
+        answer: contract.WaitAnswer = {"grantable": grants.pod_names(found, uids=asked.uids)}
+        return json_response(answer)
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        # The node hung up while it waited (it names a new pod in a new wait): a grant now would hold its
+        # pod's place until the reservation lapsed, for an answer nobody reads.
+        found = []
+    granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), node=asked.node)]
+    answer = {
+        "grantable": [],
+        "granted": grants.pod_names(granted, uids=asked.uids),
+        "grantedFor": RESERVATION_SECONDS,
+    }
     return json_response(answer)
+
+
+def _grant(request: web.Request, key: PodKey, *, uid: str, node: str) -> bool:
+    """A pod a node's wait named grants now, as `POST /v1/groups/grant` would (decided again: an earlier
+    pod of the same answer may have taken the room)."""
+    decision = request.app[GROUPS].pacing.grant(namespace=key[0], name=key[1], uid=uid)
+    request.app[METRICS].grants.labels(basis=decision.basis).inc()
+    if decision.granted:
+        logger.info("granted %s/%s on %s in its wait: %s", key[0], key[1], node, decision.reason)
+    return decision.granted
 
 
 async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAnswer:

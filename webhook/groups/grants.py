@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -30,9 +31,11 @@ __all__ = [
     "MAX_ADMIT_PAIRS",
     "MAX_WAIT_PODS",
     "MAX_WAIT_SECONDS",
+    "WaitAsk",
     "parse_admit",
     "parse_grant",
     "parse_wait",
+    "pod_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,25 +81,57 @@ def parse_grant(raw: bytes) -> contract.GrantRequest:
     return request
 
 
-def parse_wait(raw: bytes) -> tuple[str, float, list[PodKey]]:
-    """The body of `POST /v1/groups/wait` as (node, wait seconds, pods); raises ValueError naming the bad field."""
+@dataclass(frozen=True)
+class WaitAsk:
+    """A node's wait: the pods it names (with the uid each was named with, "" when none) and whether the
+    controller should grant them in its answer (`grant: true`)."""
+
+    node: str
+    wait: float
+    pods: list[PodKey]
+    uids: dict[PodKey, str]
+    grant: bool
+
+
+def parse_wait(raw: bytes) -> WaitAsk:
+    """The body of `POST /v1/groups/wait`; raises ValueError naming the bad field."""
     body = _object(raw)
     node = _name(body, "node")
     wait = body.get("wait", 30)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
         raise ValueError(f"wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS:g}")
+    grant = body.get("grant", False)
+    if not isinstance(grant, bool):
+        raise ValueError("grant must be true or false")
     pods = body.get("pods")
     if not isinstance(pods, list) or len(pods) > MAX_WAIT_PODS:
         raise ValueError(f"pods must be a list of at most {MAX_WAIT_PODS} {{namespace, name}} objects")
     keys: list[PodKey] = []
+    uids: dict[PodKey, str] = {}
     for index, pod in enumerate(pods):
         if not isinstance(pod, Mapping):
             raise ValueError(f"pods[{index}] must be an object {{namespace, name}}")
         try:
-            keys.append((_name(pod, "namespace"), _name(pod, "name")))
+            key = (_name(pod, "namespace"), _name(pod, "name"))
+            uid = _name(pod, "uid", required=False)
         except ValueError as err:
             raise ValueError(f"pods[{index}].{err}") from err
-    return node, float(wait), keys
+        keys.append(key)
+        if uid:
+            uids[key] = uid
+    return WaitAsk(node=node, wait=float(wait), pods=keys, uids=uids, grant=grant)
+
+
+def pod_names(keys: Iterable[PodKey], *, uids: Mapping[PodKey, str]) -> list[contract.PodName]:
+    """Pods as a wait's answer names them: as the request did (with its uid when it gave one)."""
+    named: list[contract.PodName] = []
+    for namespace, name in keys:
+        entry: contract.PodName = {"namespace": namespace, "name": name}
+        uid = uids.get((namespace, name))
+        if uid:
+            entry["uid"] = uid
+        named.append(entry)
+    return named
 
 
 def _pairs(body: Mapping[str, Any], field: str) -> list[list[str]]:
