@@ -45,6 +45,8 @@ class Slot:
     release_at: float | None = None
     # SHA-256 of the release token given with the grant: the token itself is never kept.
     token_hash: str = ""
+    # Its pod was told to wait first (a StaggerWaiting Event): the grant gets a StaggerGranted Event.
+    announced: bool = False
 
 
 @dataclass(slots=True)  # one per waiting pod: no __dict__ (tests/bench/waiter_memory_bench.py)
@@ -287,6 +289,7 @@ class Ledger:
             expires_at=now + hold_timeout,
             waited=now - waiter.first_seen,
             pending=reserve,
+            announced=waiter.announced,
         )
         self.slots[key] = slot
         if reserve:

@@ -232,7 +232,9 @@ class LockService:
             self.throttle.limit if self.throttle.limit is not None else "unlimited",
             self.node_policy.name,
         )
-        self.announcer.granted(slot, node_policy=self.node_policy)
+        if slot.announced:
+            # A pod granted at its first ask waited for nothing: no Event (one API write a pod fewer).
+            self.announcer.granted(slot, node_policy=self.node_policy)
         token = new_token()
         slot.token_hash = token_hash(token)
         self._slots_changed()
