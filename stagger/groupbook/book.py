@@ -98,6 +98,14 @@ class GroupBook:
         """A grant of this pod is counted but not on the pod yet (as of the last `now` seen)."""
         return key in self._reservations
 
+    def reservation_left(self, key: PodKey, *, now: float) -> float | None:
+        """Seconds until this pod's reservation lapses; None when it has none (or it has lapsed)."""
+        reserved_at = self._reservations.get(key)
+        if reserved_at is None:
+            return None
+        left = reserved_at + RESERVATION_SECONDS - now
+        return left if left > 0 else None
+
     def pairs(self) -> list[Pair]:
         """Every pair with at least one pod in it."""
         return list(self._pairs)

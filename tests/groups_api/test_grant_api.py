@@ -132,6 +132,12 @@ async def test_a_wait_with_grant_grants_in_its_answer_and_the_room_is_taken(
     # for as long as a POST /v1/groups/grant's grant is.
     assert status == 200, answer
     assert answer == {"grantable": [], "granted": [held[0]], "grantedFor": 60.0}
+    # A wait naming it again (the node never read that answer: it replaced the wait as the answer came)
+    # is answered at once with the same grant, for what is left of its reservation.
+    status, again = await controller.post(
+        "/v1/groups/wait", {"node": "n1", "wait": 5, "pods": held, "grant": True}
+    )
+    assert (status, again["granted"]) == (200, [held[0]]) and 0 < again["grantedFor"] <= 60.0, again
     assert (await controller.grant(names[3]))["granted"]  # the same grant, asked again
     # The three oldest are held, not granted: with the fourth reserved, the fifth may not go.
     assert not (await controller.grant(names[4]))["granted"]

@@ -92,14 +92,23 @@ async def wait(request: web.Request) -> web.Response:
     if isinstance(asked, web.Response):
         return asked
     pacing = request.app[GROUPS].pacing
+    answer: contract.WaitAnswer
+    if asked.grant and (again := pacing.granted_already(asked.pods, uids=asked.uids)):
+        answer = {
+            "grantable": [],
+            "granted": grants.pod_names(again, uids=asked.uids),
+            "grantedFor": round(min(again.values()), 3),
+        }
+        return json_response(answer)
     found = await pacing.wait_grantable(asked.pods, within=asked.wait)
     if not asked.grant:
-        answer: contract.WaitAnswer = {"grantable": grants.pod_names(found, uids=asked.uids)}
+        answer = {"grantable": grants.pod_names(found, uids=asked.uids)}
         return json_response(answer)
     transport = request.transport
     if transport is None or transport.is_closing():
-        # The node hung up while it waited (it names a new pod in a new wait): a grant now would hold its
-        # pod's place until the reservation lapsed, for an answer nobody reads.
+        # The node hung up while it waited (it names a new pod in a new wait): no grant for an answer nobody
+        # reads. (One that crosses the hang-up is not lost either: the next wait names the pod again and is
+        # answered with the same grant, `granted_already`.)
         found = []
     granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), node=asked.node)]
     answer = {

@@ -169,6 +169,19 @@ class Pacing:
             self._bump()
         return decision
 
+    def granted_already(self, keys: Sequence[PodKey], *, uids: Mapping[PodKey, str]) -> dict[PodKey, float]:
+        """The pods among `keys` granted but not started yet, with the seconds their reservations have left: a
+        node that names such a pod in its wait never read the answer that granted it (the wait was replaced
+        as it came), and gets the same grant again instead of the pod's place being held for nobody."""
+        now = self.clock()
+        again: dict[PodKey, float] = {}
+        for key in keys:
+            left = self.book.reservation_left(key, now=now)
+            record = self.book.get(key)
+            if left is not None and record is not None and uids.get(key, record.uid) == record.uid:
+                again[key] = left
+        return again
+
     def admit(
         self,
         *,
