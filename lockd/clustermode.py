@@ -21,6 +21,7 @@ from aiohttp import web
 from lockd import cluster, groups, heap, ledger, pods, podtoken
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
 from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
+from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
 from lockd.parts import Silent
 from lockd.service import LockService, build_service
@@ -45,7 +46,11 @@ def install(app: web.Application, *, cores: int) -> None:
 
 
 def _group_parts(
-    settings: Settings, *, session: aiohttp.ClientSession, service: Callable[[], LockService]
+    settings: Settings,
+    *,
+    session: aiohttp.ClientSession,
+    service: Callable[[], LockService],
+    metrics: Metrics,
 ) -> tuple[groups.GroupClient | None, groups.GroupWatch | None]:
     """The controller's group pacer service: the client that asks for a pod, and the wait stream that
     says when a waiting pod's group may go on. None without `--controller-url`. (`service` is read when
@@ -78,7 +83,9 @@ def _group_parts(
         on_unhealthy=lambda: service().ledger.cap_group_aside(
             service().clock() + groups.UNREACHABLE_RETRY_SECONDS
         ),
-        pushed=groups.PushedGrants(),
+        pushed=groups.PushedGrants(
+            count=lambda outcome, amount: metrics.pushed_grants.count(outcome, amount)
+        ),
         clock=time.monotonic,  # the service's clock
         ssl_context=controller_ssl,
     )
@@ -140,7 +147,9 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
             daemonset_wait=settings.cluster.daemonset_wait,
         )
-        group_client, group_watch = _group_parts(settings, session=session, service=lambda: app[SERVICE])
+        group_client, group_watch = _group_parts(
+            settings, session=session, service=lambda: app[SERVICE], metrics=app[METRICS]
+        )
         state.view, state.group_watch = view, group_watch
         state.tokens = podtoken.TokenReviewer(
             client=client, settings=settings.tokens, clock=time.monotonic, wall=time.time

@@ -25,6 +25,8 @@ from stagger.waiting import wait_event
 logger = logging.getLogger(__name__)
 
 FailurePolicy = Literal["open", "closed"]
+# What became of a grant the controller gave in a wait's answer.
+PushedOutcome = Literal["received", "used", "lapsed"]
 # While the controller is being retried (before groupUnavailableAfter), ask again this soon.
 UNREACHABLE_RETRY_SECONDS = 2.0
 
@@ -198,8 +200,10 @@ class PushedGrants:
     `POST /v1/groups/grant`. Past that, the pod asks as before (which the controller answers from the same
     reservation while it lasts). Pure: `now` is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, count: Callable[[PushedOutcome, int], None] = lambda outcome, amount: None) -> None:
         self._until: dict[PodKey, tuple[str, float]] = {}
+        # Also counted by `count` (lockd's stagger_lockd_pushed_grants_total).
+        self._count = count
         self.received = 0
         self.used = 0
         self.lapsed = 0
@@ -208,9 +212,10 @@ class PushedGrants:
         self.expire(now)
         for key, uid in granted:
             if key in self._until:
-                self.lapsed += 1  # granted again: the earlier grant is replaced
+                self._lapse(1)  # granted again: the earlier grant is replaced
             self._until[key] = (uid, now + granted_for / 2)
         self.received += len(granted)
+        self._count("received", len(granted))
 
     def take(self, key: PodKey, *, uid: str, now: float) -> bool:
         """Whether the pod may start on a grant the controller pushed (used once)."""
@@ -219,16 +224,21 @@ class PushedGrants:
         if pushed is None:
             return False
         if pushed[0] and uid and pushed[0] != uid:
-            self.lapsed += 1  # granted to an earlier pod of that name
+            self._lapse(1)  # granted to an earlier pod of that name
             return False
         self.used += 1
+        self._count("used", 1)
         return True
 
     def expire(self, now: float) -> None:
         for key, (_, until) in list(self._until.items()):
             if until <= now:
                 del self._until[key]
-                self.lapsed += 1
+                self._lapse(1)
+
+    def _lapse(self, amount: int) -> None:
+        self.lapsed += amount
+        self._count("lapsed", amount)
 
     def __len__(self) -> int:
         return len(self._until)

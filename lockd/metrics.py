@@ -292,6 +292,15 @@ class Metrics:
             "result",
         )
     )
+    pushed_grants: Counter = field(
+        default_factory=lambda: Counter(
+            "stagger_lockd_pushed_grants",
+            "Group grants the controller gave in the answers of the node's wait stream, by outcome: "
+            "received, used (a pod started on one), lapsed (not used within half its reservation, or its "
+            "pod was another of that name: the pod asks for its grant instead).",
+            "outcome",
+        )
+    )
     cpu_load: Gauge = field(
         default_factory=lambda: Gauge(
             "stagger_lockd_cpu_busy_ratio",

@@ -4,9 +4,9 @@ emulator (`python -m sim apiserver`, a process of its own, over HTTP), with this
 around them, and measures four figures against their goals while a steady stream of pod changes runs:
 
 - the controller's RSS, the highest sample (psutil, every 0.5 s from its start: its list included), <= 1 GiB;
-- from a pod patched Ready through the API to the first answer naming a pod of its group that may go next
-  (a node's wait answered, or the grant a new pod asked for itself), p99 <= 200 ms; a Ready whose group's
-  next pod was never named counts with the time it waited until the end (a lower bound);
+- from a pod patched Ready through the API to the next grant of a pod of its group (a node's wait answered
+  with it, or the grant a new pod asked for itself), p99 <= 200 ms; a Ready whose group's next pod was never
+  granted counts with the time it waited until the end (a lower bound);
 - admission, `POST /mutate/pods` with admission_bench's AdmissionReviews (its 20 policies are in the policy
   file too) at --admission-rate, open loop: p99 of the controller's own time (`X-Stagger-Admission-Ms`, as
   the admission benchmark's goal) <= 3 ms; the client's p99 (TLS, queueing in the controller) is shown too;
@@ -77,7 +77,7 @@ GRACE = 5.0  # after the window, for the answers to its last Readies
 IN_FLIGHT = 500  # Readies or reviews under way at once, at most
 GOALS = {  # the four figures: goal (at most), unit, what it is
     "controller_rss_mib": (1024.0, "MiB", "controller RSS, highest"),
-    "grant_p99_ms": (200.0, "ms", "Ready -> next grant of its group named, p99"),
+    "grant_p99_ms": (200.0, "ms", "Ready -> next grant of its group, p99"),
     "admission_p99_ms": (3.0, "ms", "admission p99, the controller's own time"),
     "lockd_requests_per_node_second": (1.0, "", "requests from lockd per node per second"),
 }
@@ -176,7 +176,7 @@ class Cluster:
             return await response.json()
 
     def named(self, names: list[str]) -> None:
-        """An answer named these pods as ones that may go: it ends their group's pending Ready."""
+        """An answer granted these pods: it ends their group's pending Ready."""
         now = time.perf_counter()
         for name in names:
             began = self.pending.pop(self.group_of.get(name, -1), None)
@@ -555,7 +555,7 @@ def results(
         "CPU in the window, % of one core (controller, emulator, this process)": [p.busy(took) for p in probes],
         "Readies a second (asked / done in the window)": [size.rate, round(len(latencies) / took, 1)],
         "Readies measured / never answered": [len(latencies), len(window["unanswered"])],
-        "Ready -> next grant named p50 / p90 / max (ms)": [
+        "Ready -> next grant p50 / p90 / max (ms)": [
             round(percentile(latencies, 0.5), 1), round(percentile(latencies, 0.9), 1), round(max(latencies, default=0), 1)
         ],
         "admission reviews a second (asked / sent in the window and answered 200)": [size.admission_rate, round(len(own) / took, 1)],

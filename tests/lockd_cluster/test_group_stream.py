@@ -73,3 +73,5 @@ async def test_a_held_pod_is_granted_as_soon_as_its_group_has_room(
         assert stream["requests"] <= 4, stream
         # Granted in the stream's answer: the pod started on that grant, not on a request of its own.
         assert stream["pushedGrants"] == {"received": 1, "used": 1, "lapsed": 0, "held": 0}, stream
+        metrics = await (await lockd.client.get("/metrics")).text()
+        assert 'stagger_lockd_pushed_grants_total{outcome="used"} 1' in metrics
