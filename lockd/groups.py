@@ -85,12 +85,18 @@ def parse_answer(data: object) -> GroupVerdict:
     """The controller's JSON answer → a verdict; raises ValueError if it is not the contract's shape."""
     if not isinstance(data, dict) or not isinstance(data.get("granted"), bool):
         raise ValueError(f"answer is not {{granted: bool, reason, retryAfter}}: {str(data)[:200]}")
-    retry = data.get("retryAfter", 1.0)
-    if isinstance(retry, bool) or not isinstance(retry, int | float) or retry < 0:
-        raise ValueError(f"retryAfter must be a number of seconds >= 0 (got {retry!r})")
     return GroupVerdict(
-        granted=data["granted"], reason=str(data.get("reason") or ""), retry_after=float(retry)
+        granted=data["granted"],
+        reason=str(data.get("reason") or ""),
+        retry_after=_seconds(data, "retryAfter", default=1.0),
     )
+
+
+def _seconds(data: dict[str, Any], field_name: str, *, default: float) -> float:
+    value = data.get(field_name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{field_name} must be a number of seconds >= 0 (got {value!r})")
+    return float(value)
 
 
 def controller_ssl(ca_file: Path | None) -> ssl.SSLContext | bool:
@@ -182,13 +188,10 @@ def parse_wait_answer(data: object) -> WaitReply:
     """The controller's answer to `POST /v1/groups/wait`; raises ValueError if it is not the contract's shape."""
     if not isinstance(data, dict) or not isinstance(data.get("grantable"), list):
         raise ValueError(f"answer is not {{grantable: [{{namespace, name}}]}}: {str(data)[:200]}")
-    granted_for = data.get("grantedFor", 0.0)
-    if isinstance(granted_for, bool) or not isinstance(granted_for, int | float) or granted_for < 0:
-        raise ValueError(f"grantedFor must be a number of seconds >= 0 (got {granted_for!r})")
     return WaitReply(
         grantable=[key for key, _ in _pod_list(data, "grantable")],
         granted=_pod_list(data, "granted"),
-        granted_for=float(granted_for),
+        granted_for=_seconds(data, "grantedFor", default=0.0),
     )
 
 
