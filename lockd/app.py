@@ -150,37 +150,9 @@ async def unlock(request: web.Request) -> web.Response:
 
 
 async def legacy_lock(request: web.Request) -> web.Response:
-    """pod-startup-lock compatibility: `GET /?duration=S` → `Lock acquired` or `Locked`.
-
-    Anonymous: no identity and no release, so a slot never outlives the node policy's holdTimeout, and in
-    cluster mode (where every pod on the node can reach this port) the path is off unless allowed."""
-    service, settings = request.app[SERVICE], request.app[SETTINGS]
-    if not settings.anonymous_allowed:
-        service.metrics.count("forbidden")
-        return _json_error(
-            403,
-            "anonymous slots (GET /?duration=S) are off in cluster mode: use /v1/lock with the pod's identity, "
-            "or start lockd with --allow-anonymous (chart value lockd.allowAnonymous)",
-        )
-    try:
-        duration = params.anonymous_duration(request.query, hold_timeout=service.node_policy.hold_timeout)
-    except params.BadRequest as err:
-        return _json_error(400, str(err))
-    if not service.ready or service.closing:
-        return web.Response(status=423, text="Locked", headers={"Retry-After": "1"})
-    outcome = service.take_anonymous(duration=duration.seconds)
-    if not isinstance(outcome, ledger.Granted):
-        service.metrics.count("denied")
-        return web.Response(
-            status=423,
-            text="Locked",
-            headers={"Retry-After": str(throttles.ceil_seconds(outcome.retry_after))},
-        )
-    service.metrics.count("granted")
-    text = "Lock acquired"
-    if duration.asked is not None:
-        text += f" for {duration.seconds:g}s: duration={duration.asked:g} was cut to the node policy's holdTimeout"
-    return web.Response(text=text, headers={"X-Stagger-Duration": f"{duration.seconds:g}"})
+    """pod-startup-lock compatibility, `GET /?duration=S`, when aiohttp serves it (the front door serves
+    the usual request itself): `asking.answer_anonymous`."""
+    return asking.answer_anonymous(request.app, raw_query=request.rel_url.raw_query_string).response()
 
 
 async def show_status(request: web.Request) -> web.Response:

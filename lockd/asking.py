@@ -20,18 +20,20 @@ from stagger.contracts.lock import RELEASE_TOKEN_HEADER, LockDenied, LockGranted
 from stagger.serving import json_body
 from stagger.timestamps import format_rfc3339
 
-__all__ = ["Answer", "answer_ask", "check_token", "error", "not_ready"]
+__all__ = ["Answer", "answer_anonymous", "answer_ask", "check_token", "error", "not_ready"]
 
 _RETRY_NOW = (("Retry-After", "1"),)
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One answer: a JSON body, encoded; `headers` beyond Content-Type and Content-Length."""
+    """One answer: its body, encoded (JSON, or text for pod-startup-lock's `GET /`); `headers` beyond
+    Content-Type and Content-Length."""
 
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = "application/json"
 
     def response(self) -> web.Response:
         """As aiohttp's handlers return it."""
@@ -39,7 +41,7 @@ class Answer:
             body=self.body,
             status=self.status,
             headers=dict(self.headers) or None,
-            content_type="application/json",
+            content_type=self.content_type,
             charset="utf-8",
         )
 
@@ -47,7 +49,7 @@ class Answer:
         """The status line and headers of an HTTP/1.1 response carrying this answer (the front door's)."""
         lines = [
             f"HTTP/1.1 {self.status} {http.HTTPStatus(self.status).phrase}",
-            "Content-Type: application/json; charset=utf-8",
+            f"Content-Type: {self.content_type}; charset=utf-8",
             f"Content-Length: {len(self.body)}",
             *(f"{name}: {value}" for name, value in self.headers),
             "Connection: keep-alive" if keep_alive else "Connection: close",
@@ -208,3 +210,39 @@ async def answer_ask(
         return _denied(app, outcome, max_wait=max_wait)
     service.metrics.count("granted")
     return _granted(app, outcome, query)
+
+
+def _text(status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> Answer:
+    return Answer(status, text.encode(), headers, content_type="text/plain")
+
+
+def answer_anonymous(app: web.Application, *, raw_query: str) -> Answer:
+    """pod-startup-lock compatibility: `GET /?duration=S` → `Lock acquired` or `Locked` (text).
+
+    Anonymous: no identity and no release, so a slot never outlives the node policy's holdTimeout, and in
+    cluster mode (where every pod on the node can reach this port) the path is off unless allowed."""
+    service = app[SERVICE]
+    if not app[SETTINGS].anonymous_allowed:
+        service.metrics.count("forbidden")
+        return error(
+            403,
+            "anonymous slots (GET /?duration=S) are off in cluster mode: use /v1/lock with the pod's identity, "
+            "or start lockd with --allow-anonymous (chart value lockd.allowAnonymous)",
+        )
+    try:
+        duration = params.anonymous_duration(
+            params.query_params(raw_query), hold_timeout=service.node_policy.hold_timeout
+        )
+    except params.BadRequest as err:
+        return error(400, str(err))
+    if not service.ready or service.closing:
+        return _text(423, "Locked", _RETRY_NOW)
+    outcome = service.take_anonymous(duration=duration.seconds)
+    if not isinstance(outcome, ledger.Granted):
+        service.metrics.count("denied")
+        return _text(423, "Locked", _retry_after(outcome.retry_after))
+    service.metrics.count("granted")
+    text = "Lock acquired"
+    if duration.asked is not None:
+        text += f" for {duration.seconds:g}s: duration={duration.asked:g} was cut to the node policy's holdTimeout"
+    return _text(200, text, (("X-Stagger-Duration", f"{duration.seconds:g}"),))

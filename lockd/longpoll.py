@@ -1,6 +1,6 @@
 """lockd's front door: every connection to lockd's port starts here. The lock ask, `GET /v1/lock` (the init
-client's long poll: the request that waits, and the one asked most), is read and answered here with
-`lockd.asking`; any other request is handed, with the bytes read so far, to aiohttp's own protocol, which
+client's long poll: the request that waits, and the one asked most), and pod-startup-lock's `GET /` are read
+and answered here with `lockd.asking`; any other request is handed, with the bytes read so far, to aiohttp's own protocol, which
 serves the app's routes (`/status`, `/metrics`, `DELETE /v1/lock`, ...) as before.
 
 Why: a long poll holds its connection for up to a minute, and a busy node holds hundreds or thousands of
@@ -10,7 +10,7 @@ frames are the wait itself (tests/bench/waiter_memory_bench.py measures both).
 
 What is read here is deliberately narrow, and everything else goes to aiohttp unchanged, which answers it as
 it answers any request (malformed HTTP with a JSON 400, `serving.json_errors`): a complete head of at most
-`MAX_HEAD` bytes, `GET` of `/v1/lock` or `/v1/lock?...` over HTTP/1.1, well-formed header lines with one
+`MAX_HEAD` bytes, `GET` of `/v1/lock`, `/` or either with `?...` over HTTP/1.1, well-formed header lines with one
 `Host`, and none of a body (`Content-Length` other than 0, `Transfer-Encoding`), `Expect` or `Upgrade`.
 
 The front door also owns what concerns every connection, served here or handed over: at most
@@ -45,6 +45,8 @@ MAX_HEAD = 8190
 """The longest head read here (aiohttp's own limit for a line); a longer one is aiohttp's to refuse."""
 
 _TARGET = re.compile(rb"/v1/lock(?:\?[\x21-\x7e]*)?")
+# pod-startup-lock's anonymous slot, `GET /?duration=S`: asked as often as the lock by its users.
+_ANONYMOUS = re.compile(rb"/(?:\?[\x21-\x7e]*)?")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 # Headers whose presence means a request this door does not serve (a body, or a protocol switch).
@@ -59,6 +61,7 @@ class Ask:
     authorization: str | None
     keep_alive: bool
     line: str  # the request line, for the access log
+    anonymous: bool = False  # `GET /`, not `GET /v1/lock`
 
     def headers(self) -> Mapping[str, str]:
         return {} if self.authorization is None else {"Authorization": self.authorization}
@@ -69,7 +72,8 @@ def parse_head(head: bytes) -> Ask | None:
     lines = head.split(b"\r\n")
     method, _, rest = lines[0].partition(b" ")
     target, _, version = rest.partition(b" ")
-    if method != b"GET" or version != b"HTTP/1.1" or _TARGET.fullmatch(target) is None:
+    anonymous = _ANONYMOUS.fullmatch(target) is not None
+    if method != b"GET" or version != b"HTTP/1.1" or (_TARGET.fullmatch(target) is None and not anonymous):
         return None
     authorization: bytes | None = None
     keep_alive = True
@@ -101,6 +105,7 @@ def parse_head(head: bytes) -> Ask | None:
         authorization=None if authorization is None else authorization.decode("latin-1"),
         keep_alive=keep_alive,
         line=lines[0].decode("ascii", "replace"),
+        anonymous=anonymous,
     )
 
 
@@ -120,7 +125,7 @@ class FrontDoor:
     open: dict[Connection, None] = field(default_factory=dict)
     # Response heads, encoded once: a node's answers are few (423 with one body and Retry-After, mostly),
     # and building one (status phrase, lines, encoding) was a tenth of a 423's cost (tests/bench/lockd.md).
-    _heads: dict[tuple[int, int, tuple[tuple[str, str], ...], bool], bytes] = field(default_factory=dict)
+    _heads: dict[tuple[int, int, tuple[tuple[str, str], ...], str, bool], bytes] = field(default_factory=dict)
 
     def __call__(self) -> Connection:
         return Connection(self)
@@ -128,7 +133,7 @@ class FrontDoor:
     def head(self, answer: asking.Answer, *, keep_alive: bool) -> bytes:
         if any(name == RELEASE_TOKEN_HEADER for name, _ in answer.headers):
             return answer.head(keep_alive=keep_alive)  # a first grant's token: a head of its own
-        key = (answer.status, len(answer.body), answer.headers, keep_alive)
+        key = (answer.status, len(answer.body), answer.headers, answer.content_type, keep_alive)
         head = self._heads.get(key)
         if head is None:
             if len(self._heads) >= HEAD_CACHE:
@@ -281,9 +286,12 @@ class Connection(asyncio.Protocol):
     async def _serve(self, ask: Ask) -> None:
         keep_alive = ask.keep_alive
         try:
-            answer = await asking.answer_ask(
-                self._door.app, raw_query=ask.raw_query, headers=ask.headers(), alive=self._alive
-            )
+            if ask.anonymous:
+                answer = asking.answer_anonymous(self._door.app, raw_query=ask.raw_query)
+            else:
+                answer = await asking.answer_ask(
+                    self._door.app, raw_query=ask.raw_query, headers=ask.headers(), alive=self._alive
+                )
         except Exception:
             logger.exception("error handling %r", ask.line)
             answer, keep_alive = asking.error(500, "internal error (see lockd's log)"), False

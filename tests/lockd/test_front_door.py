@@ -2,8 +2,8 @@
 answered there (200, 423, 400 alike with aiohttp's), several on one kept-alive connection and pipelined ones in
 order, `Connection: close` honoured; whatever it does not serve (another route, POST, HTTP/1.0, a body, a
 malformed head) is handed to aiohttp on the same connection, bytes read so far included, and answered as
-before; a long poll's answer comes on its own connection when the slot frees. `parse_head` is total: any bytes
-give an ask or None, never an error, and an ask only for a plain GET of /v1/lock over HTTP/1.1."""
+before; a long poll's answer comes on its own connection when the slot frees. pod-startup-lock's `GET /?duration=S` is answered there too, in text. `parse_head` is total: any bytes give an
+ask or None, never an error, and an ask only for a plain GET of /v1/lock or / over HTTP/1.1."""
 
 from __future__ import annotations
 
@@ -59,6 +59,21 @@ async def test_asks_on_one_kept_alive_connection_pipelined_or_not(start_lockd) -
     writer.close()
 
 
+async def test_pod_startup_locks_anonymous_ask_is_answered_at_the_door_in_text(start_lockd) -> None:
+    lockd = await start_lockd(limit_policy(1))
+    reader, writer = await _open(lockd)
+    writer.write(b"GET /?duration=30 HTTP/1.1\r\nHost: lockd\r\n\r\n" * 2)
+    status, headers, body = await _answer(reader)
+    assert (status, body) == (200, b"Lock acquired")
+    assert headers["content-type"] == "text/plain; charset=utf-8" and headers["x-stagger-duration"] == "30"
+    status, headers, body = await _answer(reader)
+    assert (status, body) == (423, b"Locked") and int(headers["retry-after"]) >= 1
+    writer.write(b"GET /?duration=soon HTTP/1.1\r\nHost: lockd\r\n\r\n")
+    status, headers, body = await _answer(reader)
+    assert status == 400 and "duration" in json.loads(body)["error"]
+    writer.close()
+
+
 async def test_what_the_door_does_not_serve_is_handed_to_aiohttp(start_lockd) -> None:
     lockd = await start_lockd(limit_policy(1))
     cases = [
@@ -108,7 +123,9 @@ async def test_a_long_poll_is_answered_when_the_slot_frees(start_lockd) -> None:
 def test_any_head_gives_an_ask_or_none(head: bytes) -> None:
     found = parse_head(head)
     if found is not None:
-        assert head.startswith(b"GET /v1/lock") and head.split(b"\r\n", 1)[0].endswith(b" HTTP/1.1")
+        line = head.split(b"\r\n", 1)[0]
+        assert line.startswith(b"GET /") and line.endswith(b" HTTP/1.1")
+        assert found.anonymous == (not line.startswith(b"GET /v1/lock"))
 
 
 @given(
@@ -133,11 +150,12 @@ def test_any_head_gives_an_ask_or_none(head: bytes) -> None:
     ),
     st.sampled_from([b"GET", b"POST", b"get"]),
     st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"]),
+    st.sampled_from([b"/v1/lock?namespace=a&name=b", b"/?namespace=a&name=b"]),
 )
 def test_only_a_plain_get_over_http11_is_served_here(
-    headers: list[bytes], method: bytes, version: bytes
+    headers: list[bytes], method: bytes, version: bytes, target: bytes
 ) -> None:
-    head = b"\r\n".join([method + b" /v1/lock?namespace=a&name=b " + version, *headers])
+    head = b"\r\n".join([method + b" " + target + b" " + version, *headers])
     found = parse_head(head)
     not_here = (
         b"Content-Length: 5",
@@ -157,6 +175,6 @@ def test_only_a_plain_get_over_http11_is_served_here(
     )
     assert (found is not None) == expected_here, (head, found)
     if found is not None:
-        assert found.raw_query == "namespace=a&name=b"
+        assert found.raw_query == "namespace=a&name=b" and found.anonymous == (target[1:2] == b"?")
         assert found.keep_alive == (b"Connection: close" not in headers)
         assert found.authorization == ("Bearer abc" if b"Authorization: Bearer abc" in headers else None)
