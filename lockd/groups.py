@@ -19,7 +19,7 @@ from typing import Any, Literal
 import aiohttp
 
 from lockd.ledger import PodKey
-from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, PodName, WaitRequest
+from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, WaitRequest, pod_name
 from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
@@ -342,7 +342,7 @@ class GroupWatch:
         body: WaitRequest = {
             "node": self._node,
             "wait": self._wait,
-            "pods": [_pod_name(key, uid) for key, uid in pods],
+            "pods": [pod_name(*key, uid) for key, uid in pods],
             "grant": True,
         }
         request = asyncio.ensure_future(self._post(body))
@@ -385,13 +385,6 @@ class GroupWatch:
             self._on_unhealthy()
         else:
             logger.debug("group wait stream: %s", error)
-
-
-def _pod_name(key: PodKey, uid: str) -> PodName:
-    named: PodName = {"namespace": key[0], "name": key[1]}
-    if uid:
-        named["uid"] = uid
-    return named
 
 
 class _Unsupported(Exception):

@@ -34,6 +34,14 @@ class PodName(TypedDict):
     uid: NotRequired[str]  # in a wait: the pod's metadata.uid, so that a grant is never for another pod
 
 
+def pod_name(namespace: str, name: str, uid: str = "") -> PodName:
+    """A pod as a wait and its answer name it: with its uid when there is one."""
+    named: PodName = {"namespace": namespace, "name": name}
+    if uid:
+        named["uid"] = uid
+    return named
+
+
 class WaitRequest(TypedDict):
     """`POST /v1/groups/wait`: answer when any of these held pods (stepping aside on `node`) may go. With
     `grant: true` the controller also grants them in the answer (reserved as `POST /v1/groups/grant`

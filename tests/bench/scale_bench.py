@@ -311,7 +311,8 @@ class Node:
             # Granted in the answer, as lockd uses such grants: recorded on the pod, no request of its own.
             self.cluster.stats["grants in a wait's answer"] += len(names)
             for name in names:
-                if self.held.pop(name, "gone") is None:
+                if name in self.held:  # not gone meanwhile
+                    del self.held[name]
                     await self.cluster.started_pod(name)
 
 

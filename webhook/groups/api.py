@@ -13,7 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from stagger.contracts import groups as contract
-from stagger.groupbook import RESERVATION_SECONDS, PodKey
+from stagger.groupbook import RESERVATION_SECONDS, Decision, PodKey
 from stagger.serving import json_response
 from stagger.waiting import wait_event
 from webhook.admission import EvictAnswer, EvictQuestion, wire
@@ -70,15 +70,8 @@ async def grant(request: web.Request) -> web.Response:
     body = await _read(request, grants.parse_grant, refused=_refusal(request))
     if isinstance(body, web.Response):
         return body
-    decision = request.app[GROUPS].pacing.grant(
-        namespace=body["namespace"], name=body["name"], uid=body["uid"]
-    )
-    request.app[METRICS].grants.labels(basis=decision.basis).inc()
     where = f" on {body['node']}" if "node" in body else ""
-    if decision.granted:
-        logger.info("granted %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
-    else:
-        logger.debug("held %s/%s%s: %s", body["namespace"], body["name"], where, decision.reason)
+    decision = _grant(request, (body["namespace"], body["name"]), uid=body["uid"], where=where)
     answer: contract.GrantAnswer = {
         "granted": decision.granted,
         "reason": decision.reason,
@@ -110,7 +103,8 @@ async def wait(request: web.Request) -> web.Response:
         # reads. (One that crosses the hang-up is not lost either: the next wait names the pod again and is
         # answered with the same grant, `granted_already`.)
         found = []
-    granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), node=asked.node)]
+    where = f" on {asked.node} in its wait"
+    granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), where=where).granted]
     answer = {
         "grantable": [],
         "granted": grants.pod_names(granted, uids=asked.uids),
@@ -119,14 +113,16 @@ async def wait(request: web.Request) -> web.Response:
     return json_response(answer)
 
 
-def _grant(request: web.Request, key: PodKey, *, uid: str, node: str) -> bool:
-    """A pod a node's wait named grants now, as `POST /v1/groups/grant` would (decided again: an earlier
-    pod of the same answer may have taken the room)."""
+def _grant(request: web.Request, key: PodKey, *, uid: str, where: str) -> Decision:
+    """One pod's grant, asked by lockd (`POST /v1/groups/grant`) or given in a node's wait (decided again
+    there: an earlier pod of the same answer may have taken the room): decided, counted and logged."""
     decision = request.app[GROUPS].pacing.grant(namespace=key[0], name=key[1], uid=uid)
     request.app[METRICS].grants.labels(basis=decision.basis).inc()
     if decision.granted:
-        logger.info("granted %s/%s on %s in its wait: %s", key[0], key[1], node, decision.reason)
-    return decision.granted
+        logger.info("granted %s/%s%s: %s", key[0], key[1], where, decision.reason)
+    else:
+        logger.debug("held %s/%s%s: %s", key[0], key[1], where, decision.reason)
+    return decision
 
 
 async def decide_evict(app: web.Application, question: EvictQuestion) -> EvictAnswer:

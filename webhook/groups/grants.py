@@ -124,14 +124,7 @@ def parse_wait(raw: bytes) -> WaitAsk:
 
 def pod_names(keys: Iterable[PodKey], *, uids: Mapping[PodKey, str]) -> list[contract.PodName]:
     """Pods as a wait's answer names them: as the request did (with its uid when it gave one)."""
-    named: list[contract.PodName] = []
-    for namespace, name in keys:
-        entry: contract.PodName = {"namespace": namespace, "name": name}
-        uid = uids.get((namespace, name))
-        if uid:
-            entry["uid"] = uid
-        named.append(entry)
-    return named
+    return [contract.pod_name(namespace, name, uids.get((namespace, name), "")) for namespace, name in keys]
 
 
 def _pairs(body: Mapping[str, Any], field: str) -> list[list[str]]:
