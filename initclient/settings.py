@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from stagger.durations import DurationError, format_duration, parse_duration
-from stagger.options import Option, Parse, SettingsError, build_parser, read_each
+from stagger.options import Command, Option, Parse, SettingsError, read_each
 
 __all__ = [
     "DEFAULT_TERMINATION_LOG",
@@ -209,19 +209,21 @@ def _check_url(url: str) -> str | None:
     return None
 
 
+_COMMAND = Command(
+    prog="python -m initclient",
+    description=(
+        "Wait for a start-up slot from the node's lockd, then exit 0. Also exits 0 (fail-open, "
+        "with one warning line) after max-wait, when lockd rejects the request, or on bad config."
+    ),
+    options=_OPTIONS,
+    epilog="Durations accept 90s, 10m, 1h30m, 500ms or plain seconds.",
+)
+
+
 def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Settings from flags, falling back to env vars; raises ConfigError naming every problem."""
-    parser = build_parser(
-        _OPTIONS,
-        prog="python -m initclient",
-        description=(
-            "Wait for a start-up slot from the node's lockd, then exit 0. Also exits 0 (fail-open, "
-            "with one warning line) after max-wait, when lockd rejects the request, or on bad config."
-        ),
-        epilog="Durations accept 90s, 10m, 1h30m, 500ms or plain seconds.",
-    )
     try:
-        values, problems = read_each(parser, _OPTIONS, argv, env)
+        values, problems = read_each(_COMMAND.parser(), _OPTIONS, argv, env)
     except SettingsError as err:  # the command line itself (an unknown flag, a flag without its value)
         raise ConfigError(str(err)) from err
     missing = [

@@ -78,7 +78,15 @@ class Settings:
     from_peer: Peer | None = None
 
 
-def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+def _cluster_flags(parser: argparse.ArgumentParser, *namespace_flags: str) -> None:
+    """The flags of a command that reads the cluster: where stagger is installed (`namespace_flags`, as
+    the command names them), which of its pods, and how to reach the API server."""
+    parser.add_argument(
+        *namespace_flags,
+        dest="namespace",
+        default="stagger",
+        help="where stagger is installed (default: stagger)",
+    )
     parser.add_argument("--release", help="only this Helm release's pods (app.kubernetes.io/instance)")
     parser.add_argument("-l", "--selector", help="more labels stagger's pods must have (a label selector)")
     parser.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, else ~/.kube/config")
@@ -125,10 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = _subcommand(
         commands, "status", "every staggering group and every node's lockd, read through the API server"
     )
-    status.add_argument(
-        "-n", "--namespace", default="stagger", help="where stagger is installed (default: stagger)"
-    )
-    _cluster_flags(status)
+    _cluster_flags(status, "-n", "--namespace")
     why = _subcommand(
         commands,
         "why",
@@ -136,13 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     why.add_argument("pod", metavar="POD")
     why.add_argument("-n", "--namespace", dest="pod_namespace", default="default", help="the pod's namespace")
-    why.add_argument(
-        "--stagger-namespace",
-        dest="namespace",
-        default="stagger",
-        help="where stagger is installed (default: stagger)",
-    )
-    _cluster_flags(why)
+    _cluster_flags(why, "--stagger-namespace")
     selftest = _subcommand(
         commands,
         "selftest",

@@ -227,124 +227,112 @@ class Histogram:
         return lines
 
 
+def _counter(name: str, help_text: str, label: str | None = None) -> Counter:
+    """A dataclass field whose default is a new Counter (one per app: no process-wide metrics)."""
+    return field(default_factory=lambda: Counter(name, help_text, label))
+
+
+def _gauge(name: str, help_text: str, *, initial: float | None = 0.0) -> Gauge:
+    """A dataclass field whose default is a new Gauge (one per app: no process-wide metrics)."""
+    return field(default_factory=lambda: Gauge(name, help_text, initial=initial))
+
+
+def _gauge_family(name: str, help_text: str, label: str) -> GaugeFamily:
+    """A dataclass field whose default is a new GaugeFamily (one per app: no process-wide metrics)."""
+    return field(default_factory=lambda: GaugeFamily(name, help_text, label))
+
+
+def _histogram(name: str, help_text: str, buckets: tuple[float, ...]) -> Histogram:
+    """A dataclass field whose default is a new Histogram (one per app: no process-wide metrics)."""
+    return field(default_factory=lambda: Histogram(name, help_text, buckets=buckets))
+
+
 @dataclass
 class Metrics:
-    requests: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_requests", "Lock requests answered, by result.", "result"
-        )
+    # Each helper returns field(default_factory=...), a new metric per instance, but ruff's RUF009 sees
+    # only a call in a dataclass default: it does not follow a helper to dataclasses.field.
+    # ruff: disable[RUF009]
+    requests: Counter = _counter("stagger_lockd_requests", "Lock requests answered, by result.", "result")
+    wait_seconds: Histogram = _histogram(
+        "stagger_lockd_wait_seconds",
+        "Time from a pod's first ask to its grant.",
+        buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
     )
-    wait_seconds: Histogram = field(
-        default_factory=lambda: Histogram(
-            "stagger_lockd_wait_seconds",
-            "Time from a pod's first ask to its grant.",
-            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
-        )
+    slots_in_use: Gauge = _gauge("stagger_lockd_slots_in_use", "Start-up slots held now.")
+    slot_limit: Gauge = _gauge(
+        "stagger_lockd_slot_limit", "Effective maxConcurrent limit; no sample while the policy sets none."
     )
-    slots_in_use: Gauge = field(
-        default_factory=lambda: Gauge("stagger_lockd_slots_in_use", "Start-up slots held now.")
+    queue_length: Gauge = _gauge("stagger_lockd_queue_length", "Pods waiting for a slot.")
+    slots_ended: Counter = _counter(
+        "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", "why"
     )
-    slot_limit: Gauge = field(
-        default_factory=lambda: Gauge(
-            "stagger_lockd_slot_limit", "Effective maxConcurrent limit; no sample while the policy sets none."
-        )
+    waits_given_up: Counter = _counter(
+        "stagger_lockd_waits_given_up",
+        "Waits that ended without a slot, by why: stoppedAsking (the init client stopped asking: it "
+        "gave up after maxWait or unreachableWait, or its pod went away), startedWithoutSlot (the pod "
+        "became Ready while in the queue), podGone (finished or deleted while in the queue).",
+        "why",
     )
-    queue_length: Gauge = field(
-        default_factory=lambda: Gauge("stagger_lockd_queue_length", "Pods waiting for a slot.")
+    daemonset_waits_given_up: Counter = _counter(
+        "stagger_lockd_daemonset_waits_given_up",
+        "waitForDaemonSets waits that lockd stopped at --daemonset-wait, by why: podMissing (a DaemonSet "
+        "that should run on the node had no pod there), notListed (the DaemonSets could not be listed).",
+        "why",
     )
-    slots_ended: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", "why"
-        )
+    connections_shed: Counter = _counter(
+        "stagger_lockd_connections_shed",
+        "Connections shed at --max-connections, by why: idleClosed (the oldest connection without a "
+        "request in progress closed for a new one), refused (all busy: the new one closed at once).",
+        "why",
     )
-    waits_given_up: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_waits_given_up",
-            "Waits that ended without a slot, by why: stoppedAsking (the init client stopped asking: it "
-            "gave up after maxWait or unreachableWait, or its pod went away), startedWithoutSlot (the pod "
-            "became Ready while in the queue), podGone (finished or deleted while in the queue).",
-            "why",
-        )
+    pod_tokens: Counter = _counter(
+        "stagger_lockd_pod_tokens",
+        "Asks and releases in cluster mode, by the pod's service-account token: verified (the token's "
+        "pod is the one named), absent (no token: checked by name and uid), unchecked (the API server "
+        "could not review it: checked by name and uid), refused (another pod's, expired, another "
+        "audience, or none under --require-pod-token).",
+        "result",
     )
-    daemonset_waits_given_up: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_daemonset_waits_given_up",
-            "waitForDaemonSets waits that lockd stopped at --daemonset-wait, by why: podMissing (a DaemonSet "
-            "that should run on the node had no pod there), notListed (the DaemonSets could not be listed).",
-            "why",
-        )
+    pushed_grants: Counter = _counter(
+        "stagger_lockd_pushed_grants",
+        "Group grants the controller gave in the answers of the node's wait stream, by outcome: "
+        "received, used (a pod started on one), lapsed (not used within half its reservation, or its "
+        "pod was another of that name: the pod asks for its grant instead).",
+        "outcome",
     )
-    connections_shed: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_connections_shed",
-            "Connections shed at --max-connections, by why: idleClosed (the oldest connection without a "
-            "request in progress closed for a new one), refused (all busy: the new one closed at once).",
-            "why",
-        )
+    cpu_load: Gauge = _gauge(
+        "stagger_lockd_cpu_busy_ratio",
+        "Last sampled share of the node's CPU time that was busy, 0 to 1; no sample before the first reading.",
+        initial=None,
     )
-    pod_tokens: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_pod_tokens",
-            "Asks and releases in cluster mode, by the pod's service-account token: verified (the token's "
-            "pod is the one named), absent (no token: checked by name and uid), unchecked (the API server "
-            "could not review it: checked by name and uid), refused (another pod's, expired, another "
-            "audience, or none under --require-pod-token).",
-            "result",
-        )
+    io_load: Gauge = _gauge(
+        "stagger_lockd_io_pressure_ratio",
+        "Last sampled IO pressure (/proc/pressure/io some avg10), 0 to 1; no sample where the node has none.",
+        initial=None,
     )
-    pushed_grants: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_pushed_grants",
-            "Group grants the controller gave in the answers of the node's wait stream, by outcome: "
-            "received, used (a pod started on one), lapsed (not used within half its reservation, or its "
-            "pod was another of that name: the pod asks for its grant instead).",
-            "outcome",
-        )
-    )
-    cpu_load: Gauge = field(
-        default_factory=lambda: Gauge(
-            "stagger_lockd_cpu_busy_ratio",
-            "Last sampled share of the node's CPU time that was busy, 0 to 1; no sample before the first reading.",
-            initial=None,
-        )
-    )
-    io_load: Gauge = field(
-        default_factory=lambda: Gauge(
-            "stagger_lockd_io_pressure_ratio",
-            "Last sampled IO pressure (/proc/pressure/io some avg10), 0 to 1; no sample where the node has none.",
-            initial=None,
-        )
-    )
-    load1: Gauge = field(
-        default_factory=lambda: Gauge(
-            "stagger_lockd_load1",
-            "Last sampled 1-minute load average of the node (/proc/loadavg, not divided by the cores), "
-            "what loadAvg compares; no sample where it cannot be read.",
-            initial=None,
-        )
+    load1: Gauge = _gauge(
+        "stagger_lockd_load1",
+        "Last sampled 1-minute load average of the node (/proc/loadavg, not divided by the cores), "
+        "what loadAvg compares; no sample where it cannot be read.",
+        initial=None,
     )
     build_info: BuildInfo = field(default_factory=lambda: BuildInfo("stagger_lockd_build_info", VERSION))
     process: ProcessMetrics = field(default_factory=ProcessMetrics)
-    policy_reloads: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
-        )
+    policy_reloads: Counter = _counter(
+        "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
     )
-    dependency_up: GaugeFamily = field(
-        default_factory=lambda: GaugeFamily(
-            "stagger_lockd_dependency_up",
-            "1 when the node policy's dependency answered its last check, 0 when it failed; no sample before "
-            "its first check, nor for a dependency the node policy no longer has.",
-            "dependency",
-        )
+    dependency_up: GaugeFamily = _gauge_family(
+        "stagger_lockd_dependency_up",
+        "1 when the node policy's dependency answered its last check, 0 when it failed; no sample before "
+        "its first check, nor for a dependency the node policy no longer has.",
+        "dependency",
     )
-    dependency_check_failures: Counter = field(
-        default_factory=lambda: Counter(
-            "stagger_lockd_dependency_check_failures",
-            "Checks of a node policy dependency that failed (an error, a non-2xx answer, a timeout), by dependency.",
-            "dependency",
-        )
+    dependency_check_failures: Counter = _counter(
+        "stagger_lockd_dependency_check_failures",
+        "Checks of a node policy dependency that failed (an error, a non-2xx answer, a timeout), by dependency.",
+        "dependency",
     )
+    # ruff: enable[RUF009]
 
     def count(self, result: str) -> None:
         """One lock request answered with this result."""

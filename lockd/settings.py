@@ -7,7 +7,6 @@ option is one line.
 
 from __future__ import annotations
 
-import argparse
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from stagger.options import (
     http_url,
     key_values,
     one_of,
-    read_options,
     seconds,
     text,
     whole,
@@ -33,6 +31,7 @@ from stagger.options import (
 from stagger.policywatch import PolicySettings
 
 __all__ = [
+    "COMMAND",
     "MAX_LONG_POLL_LIMIT",
     "OPTIONS",
     "ClusterSettings",
@@ -44,7 +43,6 @@ __all__ = [
     "Settings",
     "SettingsError",
     "TokenSettings",
-    "build_parser",
     "parse_settings",
 ]
 
@@ -248,21 +246,20 @@ OPTIONS: tuple[Option, ...] = (
 )  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return options.build_parser(
-        OPTIONS,
-        prog="python -m lockd",
-        description=(
-            "stagger's per-node lock daemon: grants pod start-up slots by node load, concurrency and rate "
-            "limits. 200 = go, 423 = wait. Every flag can also be set by the environment variable shown."
-        ),
-        epilog="example: python -m lockd --standalone --listen 127.0.0.1:8080",
-    )
+COMMAND = options.Command(
+    prog="python -m lockd",
+    description=(
+        "stagger's per-node lock daemon: grants pod start-up slots by node load, concurrency and rate "
+        "limits. 200 = go, 423 = wait. Every flag can also be set by the environment variable shown."
+    ),
+    options=OPTIONS,
+    epilog="example: python -m lockd --standalone --listen 127.0.0.1:8080",
+)
 
 
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Flags win over environment variables, which win over the defaults."""
-    values = read_options(build_parser(), OPTIONS, argv, environ)
+    values = COMMAND.read(argv, environ)
     options.split_host_port(values, "listen", host="host", port="port")
     values["events"] = not values.pop("no_events", False)
     values.setdefault("node_name", socket.gethostname())

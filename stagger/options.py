@@ -32,6 +32,7 @@ __all__ = [
     "LOG_LEVEL",
     "PREFIX",
     "TOKEN_AUDIENCE",
+    "Command",
     "Option",
     "Parse",
     "SettingsError",
@@ -219,6 +220,23 @@ def build_parser(
         else:
             parser.add_argument(option.flag, dest=option.dest, metavar=option.metavar, help=shown)
     return parser
+
+
+@dataclass(frozen=True)
+class Command:
+    """A process's command line: its name and description for `--help`, and its table of options."""
+
+    prog: str
+    description: str
+    options: tuple[Option, ...]
+    epilog: str | None = None
+
+    def parser(self) -> argparse.ArgumentParser:
+        return build_parser(self.options, prog=self.prog, description=self.description, epilog=self.epilog)
+
+    def read(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        """`read_options` of this command's options: the value of each one given, by `dest`."""
+        return read_options(self.parser(), self.options, argv, environ)
 
 
 ENV_PREFIX = "STAGGER_"

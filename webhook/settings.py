@@ -8,7 +8,6 @@ after the table.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
@@ -31,14 +30,13 @@ from stagger.options import (
     grouped,
     host_port,
     http_url,
-    read_options,
     seconds,
     text,
     whole,
 )
 from stagger.policywatch import PolicySettings
 
-__all__ = ["DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "build_parser", "parse_settings"]
+__all__ = ["COMMAND", "DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError", "parse_settings"]
 
 # kube-apiserver accepts request bodies of at most 3 MiB, so a pod in an AdmissionReview (once, on CREATE)
 # is no larger than that.
@@ -273,25 +271,24 @@ OPTIONS: tuple[Option, ...] = (
 )  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return options.build_parser(
-        OPTIONS,
-        prog="python -m webhook",
-        description=(
-            "stagger's controller: the mutating admission webhook that opts pods into staggering (injects "
-            "the init client, labels their group, holds them). Every flag can also be set by the "
-            "environment variable shown."
-        ),
-        epilog=(
-            "example: python -m webhook --tls-cert tls.crt --tls-key tls.key --policies policies.yaml "
-            "--image ghcr.io/example/stagger:0.1.0"
-        ),
-    )
+COMMAND = options.Command(
+    prog="python -m webhook",
+    description=(
+        "stagger's controller: the mutating admission webhook that opts pods into staggering (injects "
+        "the init client, labels their group, holds them). Every flag can also be set by the "
+        "environment variable shown."
+    ),
+    options=OPTIONS,
+    epilog=(
+        "example: python -m webhook --tls-cert tls.crt --tls-key tls.key --policies policies.yaml "
+        "--image ghcr.io/example/stagger:0.1.0"
+    ),
+)
 
 
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Flags win over environment variables, which win over the defaults."""
-    values = read_options(build_parser(), OPTIONS, argv, environ)
+    values = COMMAND.read(argv, environ)
     options.split_host_port(values, "listen", host="host", port="port")
     options.split_host_port(values, "probe_listen", host="probe_host", port="probe_port")
     values["pod_token"] = not values.pop("no_pod_token", False)

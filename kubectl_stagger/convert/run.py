@@ -6,7 +6,6 @@ prints is a file lockd and the controller load, meaning exactly the policies mad
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -27,8 +26,6 @@ from stagger import policy
 from stagger.policy.render import policy_document
 
 __all__ = ["Converted", "OutputDoesNotLoad", "convert_inputs", "render_text"]
-
-logger = logging.getLogger(__name__)
 
 _P = TypeVar("_P", policy.StaggeringPolicy, policy.NodePolicy)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
@@ -102,6 +102,12 @@ def _load_limit(*, text: bool) -> Rule:
     )
 
 
+def _nested(key: str, attr: str, keys: Sequence[Key], build: Callable[..., Any], **rules: Any) -> Key:
+    """A key whose value is a mapping of its own `keys` (a pacer, a throttle) made by `build`; `rules` as
+    `mapping` takes them."""
+    return Key(key, attr, mapping(keys, build, **rules))
+
+
 def _throttle(
     *,
     cpu: tuple[float, float] | None = None,
@@ -128,41 +134,35 @@ def throttle_config(*, text: bool = False) -> Rule:
         [
             Key("cpu", "cpu", _load_limit(text=text)),
             Key("io", "io", _load_limit(text=text)),
-            Key(
+            _nested(
                 "loadAvg",
                 "load_avg",
-                mapping(
-                    [
-                        Key("maxLoad", "max_load", number(above=0, text=text), required=True),
-                        Key("perCore", "per_core", boolean),
-                        Key("incrementBy", "increment_by", number(at_least=0, text=text)),
-                    ],
-                    LoadAvg,
-                ),
+                [
+                    Key("maxLoad", "max_load", number(above=0, text=text), required=True),
+                    Key("perCore", "per_core", boolean),
+                    Key("incrementBy", "increment_by", number(at_least=0, text=text)),
+                ],
+                LoadAvg,
             ),
-            Key(
+            _nested(
                 "maxConcurrent",
                 "max_concurrent",
-                mapping(
-                    [
-                        Key("perCore", "per_core", number(above=0, text=text)),
-                        Key("value", "value", integer(minimum=1)),
-                    ],
-                    MaxConcurrent,
-                    rule=_at_least_one,
-                    rule_schema={"minProperties": 1},
-                ),
+                [
+                    Key("perCore", "per_core", number(above=0, text=text)),
+                    Key("value", "value", integer(minimum=1)),
+                ],
+                MaxConcurrent,
+                rule=_at_least_one,
+                rule_schema={"minProperties": 1},
             ),
-            Key(
+            _nested(
                 "rateLimit",
                 "rate_limit",
-                mapping(
-                    [
-                        Key("burst", "burst", integer(minimum=1), required=True),
-                        Key("fillFactor", "fill_factor", duration(), required=True),
-                    ],
-                    RateLimit,
-                ),
+                [
+                    Key("burst", "burst", integer(minimum=1), required=True),
+                    Key("fillFactor", "fill_factor", duration(), required=True),
+                ],
+                RateLimit,
             ),
         ],
         _throttle,
@@ -273,33 +273,30 @@ _NODE_POLICY = mapping(
 
 _PACER = mapping(
     [
-        Key(
+        _nested(
             "exponential",
             "exponential",
-            mapping(
-                [
-                    Key("minInitial", "min_initial", integer(minimum=1), required=True),
-                    Key("multiplier", "multiplier", number(above=1), required=True),
-                    Key("maxStagger", "max_stagger", integer(minimum=1), required=True),
-                ],
-                ExponentialPacer,
-            ),
+            [
+                Key("minInitial", "min_initial", integer(minimum=1), required=True),
+                Key("multiplier", "multiplier", number(above=1), required=True),
+                Key("maxStagger", "max_stagger", integer(minimum=1), required=True),
+            ],
+            ExponentialPacer,
         ),
-        Key(
+        _nested(
             "linear",
             "linear",
-            mapping(
-                [
-                    Key("step", "step", integer(minimum=1), required=True),
-                    Key("maxStagger", "max_stagger", integer(minimum=1), required=True),
-                ],
-                LinearPacer,
-            ),
+            [
+                Key("step", "step", integer(minimum=1), required=True),
+                Key("maxStagger", "max_stagger", integer(minimum=1), required=True),
+            ],
+            LinearPacer,
         ),
-        Key(
+        _nested(
             "maxConcurrent",
             "max_concurrent",
-            mapping([Key("value", "value", integer(minimum=1), required=True)], MaxConcurrentPacer),
+            [Key("value", "value", integer(minimum=1), required=True)],
+            MaxConcurrentPacer,
         ),
     ],
     single,

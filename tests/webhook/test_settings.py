@@ -10,7 +10,7 @@ import pytest
 
 from stagger.names import DEFAULT_PREFIX
 from stagger.options import grouped
-from webhook.settings import DEFAULT_MAX_BODY, OPTIONS, Settings, SettingsError, build_parser, parse_settings
+from webhook.settings import COMMAND, DEFAULT_MAX_BODY, OPTIONS, Settings, SettingsError, parse_settings
 
 TLS = ["--tls-cert", "c.pem", "--tls-key", "k.pem"]
 REQUIRED = ["--image", "stagger:1", *TLS]
@@ -136,7 +136,7 @@ def test_insecure_http_needs_no_certificate_and_comes_from_the_environment() -> 
 
 
 def test_the_help_names_every_variable_and_what_is_required() -> None:
-    text = build_parser().format_help()
+    text = COMMAND.parser().format_help()
     for option in OPTIONS:
         assert option.flag in text
         for env in option.envs:
