@@ -83,11 +83,5 @@ def status_section(app: web.Application) -> tuple[str, dict[str, Any]]:
         },
         "evictions": None
         if evictions is None
-        else {
-            "evicted": evictions.stats.evicted,
-            "throttled": evictions.stats.throttled,
-            "gone": evictions.stats.gone,
-            "error": evictions.stats.error,
-            "backingOff": evictions.backing_off(),
-        },
+        else {**evictions.stats, "backingOff": evictions.backing_off()},
     }

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import aiohttp
 
@@ -32,24 +32,13 @@ from stagger.kube import ApiError, RestClient
 from webhook.groups.pacing import Pacing
 from webhook.reconcilers.releasing import Releaser
 
-__all__ = ["MAX_BACKOFF_SECONDS", "EvictionReconciler", "EvictionResult", "EvictionStats"]
+__all__ = ["MAX_BACKOFF_SECONDS", "EvictionReconciler", "EvictionResult"]
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 60.0
 
 EvictionResult = Literal["evicted", "throttled", "gone", "error"]
-
-
-@dataclass
-class EvictionStats:
-    evicted: int = 0
-    throttled: int = 0
-    gone: int = 0
-    error: int = 0
-
-    def count(self, result: EvictionResult) -> None:
-        setattr(self, result, getattr(self, result) + 1)
 
 
 @dataclass
@@ -85,7 +74,8 @@ class EvictionReconciler(Releaser):
         # Pods (uid -> key) whose eviction got no answer: a 404 or 409 when evicting them again means it
         # was done. They keep their reservation and are evicted again after their back-off (`_due`).
         self._unanswered: dict[str, PodKey] = {}
-        self.stats = EvictionStats()
+        # How each eviction ended, for /status: one count per result, the keys read from the type.
+        self.stats: dict[EvictionResult, int] = dict.fromkeys(get_args(EvictionResult), 0)
 
     def backing_off(self) -> int:
         """Held pods waiting out a refused eviction (or one that got no answer, before it is sent again)."""
@@ -125,7 +115,7 @@ class EvictionReconciler(Releaser):
     def _refused(self, key: PodKey, result: EvictionResult, *, retry_after: float | None) -> None:
         # The place is free again at once; no change is signalled, so a pod that keeps being refused is
         # tried again after its back-off, at the next change or recheck, not in a tight loop.
-        self.stats.count(result)
+        self.stats[result] += 1
         self._result(result)
         self._pacing.unreserve(key)  # nothing to take back if the watch saw the pod go already
         if result == "gone":
@@ -148,7 +138,7 @@ class EvictionReconciler(Releaser):
                 # Whether the unanswered eviction was done is still not known: the pod keeps its place
                 # (reserved, in flight) and is evicted again after the back-off.
                 result: EvictionResult = "throttled" if err.status == 429 else "error"
-                self.stats.count(result)
+                self.stats[result] += 1
                 self._result(result)
                 self._back_off(key, retry_after=_retry_after(err) if err.status == 429 else None)
                 logger.info("eviction of %s/%s, unanswered before, refused for now: %s", *key, err)
@@ -171,7 +161,7 @@ class EvictionReconciler(Releaser):
             # for another pod and hold the replacement again (a second eviction for one release: found by
             # `python -m sim chaos`). The same eviction is sent again after the back-off (`_due`): it
             # evicts the pod if nothing happened, and a 404 or 409 then means this one was done after all.
-            self.stats.count("error")
+            self.stats["error"] += 1
             self._result("error")
             if record.uid:
                 self._unanswered[record.uid] = key
@@ -190,7 +180,7 @@ class EvictionReconciler(Releaser):
         key = record.key
         self._backoffs.pop(key, None)
         claim = self._pacing.evicted(record)
-        self.stats.count("evicted")
+        self.stats["evicted"] += 1
         self._result("evicted")
         self._released(record, reason, claim)
         logger.info(
