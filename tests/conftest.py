@@ -22,6 +22,7 @@ says which tests run where.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -185,8 +186,17 @@ def control_plane(
     """One real control plane for the whole session (about 5 s to start); its data dir (certificates,
     logs/) stays under pytest's temporary root. Without the binaries: skipped, or failed when the run
     asked for the real control plane (`--control-plane real` or `both`)."""
-    require_binaries(request.config)
-    plane = ControlPlane(data_dir=tmp_path_factory.mktemp("controlplane"))
+    with started_control_plane(
+        config=request.config, data_dir=tmp_path_factory.mktemp("controlplane")
+    ) as plane:
+        yield plane
+
+
+@contextlib.contextmanager
+def started_control_plane(*, config: pytest.Config, data_dir: Path) -> Iterator[ControlPlane]:
+    """A real control plane keeping its data in `data_dir`, stopped at the end (see require_binaries)."""
+    require_binaries(config)
+    plane = ControlPlane(data_dir=data_dir)
     plane.start()
     try:
         yield plane
@@ -225,13 +235,9 @@ def cluster_control_plane(
     Jobs behind that the real scheduler would bind to the next simulated cluster's nodes, and a node of
     their own that it would bind the simulated cluster's pods to; here every test cleans its namespace,
     and a simulated cluster removes its nodes when it stops."""
-    require_binaries(request.config)
-    plane = ControlPlane(data_dir=tmp_path_factory.mktemp("cluster-controlplane"))
-    plane.start()
-    try:
+    data_dir = tmp_path_factory.mktemp("cluster-controlplane")
+    with started_control_plane(config=request.config, data_dir=data_dir) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture

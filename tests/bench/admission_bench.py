@@ -22,7 +22,6 @@ import json
 import math
 import re
 import ssl
-import sys
 import tempfile
 import time
 import uuid
@@ -36,14 +35,13 @@ import trustme
 
 from stagger.names import Names
 from tests.processes import clean_env
+from tests.webhook.process import BANNER, webhook_command
+from tests.webhook.reviews import review
 
 POLICIES = 20
 RATE = 200.0
 WARMUP = 1.0
 NAMES = Names()
-BANNER = re.compile(
-    r"admission on https://127\.0\.0\.1:(\d+)/mutate/pods.*probes on http://127\.0\.0\.1:(\d+)"
-)
 
 
 def policy_file(count: int = POLICIES) -> str:
@@ -139,30 +137,23 @@ def make_pod(i: int) -> dict[str, Any]:
 
 
 def review_body(i: int) -> bytes:
+    """The i-th pod's AdmissionReview with all the fields the API server sends for a ReplicaSet's pod."""
     obj = make_pod(i)
-    return json.dumps(
+    body = review(obj, namespace=obj["metadata"]["namespace"])
+    body["request"].update(
         {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": obj["metadata"]["namespace"],
-                "operation": "CREATE",
-                "userInfo": {
-                    "username": "system:serviceaccount:kube-system:replicaset-controller",
-                    "groups": ["system:serviceaccounts", "system:authenticated"],
-                },
-                "object": obj,
-                "oldObject": None,
-                "dryRun": False,
-                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {
+                "username": "system:serviceaccount:kube-system:replicaset-controller",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
             },
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
         }
-    ).encode()
+    )
+    return json.dumps(body).encode()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -196,23 +187,17 @@ async def running_webhook(folder: Path) -> AsyncIterator[tuple[int, int, asyncio
     ca.cert_pem.write_to_path(folder / "ca.pem")
     (folder / "policies.yaml").write_text(policy_file())
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "webhook",
-        "--listen",
-        "127.0.0.1:0",
-        "--probe-listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        str(folder / "tls.crt"),
-        "--tls-key",
-        str(folder / "tls.key"),
-        "--policies",
-        str(folder / "policies.yaml"),
-        "--image",
-        "stagger:bench",
-        "--log-level",
-        "warning",
+        *webhook_command(
+            "--tls-cert",
+            str(folder / "tls.crt"),
+            "--tls-key",
+            str(folder / "tls.key"),
+            "--policies",
+            str(folder / "policies.yaml"),
+            "--log-level",
+            "warning",
+            image="stagger:bench",
+        ),
         env=clean_env(),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -233,7 +218,7 @@ async def running_webhook(folder: Path) -> AsyncIterator[tuple[int, int, asyncio
 
         drainer = asyncio.create_task(drain())
         try:
-            yield int(match[1]), int(match[2]), proc
+            yield int(match[2]), int(match[3]), proc
         finally:
             drainer.cancel()
     finally:

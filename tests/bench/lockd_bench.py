@@ -31,6 +31,8 @@ CONNECTIONS = 32
 WAITERS = 100
 HAMMER_PODS = 100
 NODE = "bench-node"
+# One slot on the node, held for as long as a run lasts.
+POLICY = "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
 Mode = Literal["standalone", "cluster"]
 
 
@@ -134,9 +136,7 @@ async def run(*, seconds: float = 10.0, mode: Mode = "standalone") -> dict[str, 
     connector = aiohttp.TCPConnector(limit=CONNECTIONS + WAITERS + 8)
     with tempfile.TemporaryDirectory() as tmp:
         policies = Path(tmp) / "policies.yaml"
-        policies.write_text(
-            "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
-        )
+        policies.write_text(POLICY)
         async with contextlib.AsyncExitStack() as stack:
             session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
             lockd_mode = ["--standalone"]
@@ -249,9 +249,7 @@ async def queue_scaling(*, seconds: float = 5.0) -> dict[str, str]:
     connector = aiohttp.TCPConnector(limit=CONNECTIONS + 8)
     with tempfile.TemporaryDirectory() as tmp:
         policies = Path(tmp) / "policies.yaml"
-        policies.write_text(
-            "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
-        )
+        policies.write_text(POLICY)
         async with contextlib.AsyncExitStack() as stack:
             session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
             args = ["--standalone", "--policies", str(policies), "--max-queue", str(long + 10)]

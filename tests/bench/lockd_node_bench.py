@@ -44,7 +44,6 @@ import psutil
 from tests.bench import lockd_bench
 from tests.processes import clean_env, free_port
 
-POLICY = "nodePolicies:\n- name: bench\n  holdTimeout: 1h\n  throttleConfig: {maxConcurrent: {value: 1}}\n"
 WAITER_COUNTS = (0, 110, 250)
 CPU_WINDOW = 30.0  # seconds of lockd CPU per waiter count: one whole long-poll cycle (wait=30), so each
 # waiter asks again once in the window, as it would all day
@@ -115,7 +114,7 @@ async def lockd(
     tmp: Path, port: int, *extra: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[psutil.Process]:
     policies = tmp / "policies.yaml"
-    policies.write_text(POLICY)
+    policies.write_text(lockd_bench.POLICY)
     argv = [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{port}"]
     argv += ["--policies", str(policies), "--log-level", "warning", "--max-queue", "2000", *extra]
     async with _process(
@@ -398,7 +397,7 @@ async def cluster_memory(tmp: Path) -> dict[str, Any]:
     api_port, port = free_port(), free_port()
     api, base = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{port}"
     kubeconfig = tmp / "kubeconfig"
-    (tmp / "policies.yaml").write_text(POLICY)
+    (tmp / "policies.yaml").write_text(lockd_bench.POLICY)
     argv = [sys.executable, "-m", "sim", "apiserver", "--listen", f"127.0.0.1:{api_port}"]
     async with _process(*argv, "--kubeconfig", str(kubeconfig), ready=f"{api}/version"):
         connector = aiohttp.TCPConnector(limit=0)

@@ -262,29 +262,32 @@ def webhook(*sets: str, resource: str = "pods") -> Doc:
     return webhooks(*sets)[resource]
 
 
+def excluding(*namespaces: str) -> Doc:
+    """The webhooks' namespaceSelector: every namespace but these."""
+    return {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(namespaces)}
+        ]
+    }
+
+
+# What the pods' and the jobs' webhooks both have, by default.
+EITHER_WEBHOOK = [
+    pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
+    pytest.param("namespaceSelector", excluding(NAMESPACE, "kube-system"), id="namespaceSelector"),
+    pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
+    pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
+    pytest.param("sideEffects", "None", id="sideEffects"),
+    pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
+    pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
+]
+
+
 @pytest.mark.parametrize(
     ("field", "expected"),
     [
         pytest.param("name", f"pods.{PREFIX}", id="name"),
-        pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
-        pytest.param(
-            "namespaceSelector",
-            {
-                "matchExpressions": [
-                    {
-                        "key": "kubernetes.io/metadata.name",
-                        "operator": "NotIn",
-                        "values": [NAMESPACE, "kube-system"],
-                    }
-                ]
-            },
-            id="namespaceSelector",
-        ),
-        pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
-        pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
-        pytest.param("sideEffects", "None", id="sideEffects"),
-        pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
-        pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
+        *EITHER_WEBHOOK,
         pytest.param("matchPolicy", "Equivalent", id="matchPolicy"),
         pytest.param(
             "rules",
@@ -321,25 +324,7 @@ JOBS_RULES = [
     [
         pytest.param("name", f"jobs.{PREFIX}", id="name"),
         pytest.param("rules", JOBS_RULES, id="rules"),
-        pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
-        pytest.param(
-            "namespaceSelector",
-            {
-                "matchExpressions": [
-                    {
-                        "key": "kubernetes.io/metadata.name",
-                        "operator": "NotIn",
-                        "values": [NAMESPACE, "kube-system"],
-                    }
-                ]
-            },
-            id="namespaceSelector",
-        ),
-        pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
-        pytest.param("sideEffects", "None", id="sideEffects"),
-        pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
-        pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
-        pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
+        *EITHER_WEBHOOK,
     ],
 )
 def test_jobs_webhook_configuration(field: str, expected: object) -> None:
@@ -394,15 +379,7 @@ def test_webhook_calls_the_admission_service(resource: str, path: str) -> None:
         pytest.param(
             ("controller.webhook.excludeNamespaces={kube-system,monitoring,stagger}",),
             "namespaceSelector",
-            {
-                "matchExpressions": [
-                    {
-                        "key": "kubernetes.io/metadata.name",
-                        "operator": "NotIn",
-                        "values": [NAMESPACE, "kube-system", "monitoring"],
-                    }
-                ]
-            },
+            excluding(NAMESPACE, "kube-system", "monitoring"),
             id="excludeNamespaces",
         ),
         pytest.param(

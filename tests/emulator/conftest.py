@@ -1,4 +1,5 @@
-"""Fixtures: an API server emulator in a background thread, and the official (synchronous) client on it."""
+"""Fixtures: an API server emulator in a background thread, and the official (synchronous) client on it;
+helpers: a minimal pod manifest, and the Status body of a failed request."""
 
 from __future__ import annotations
 
@@ -99,3 +100,14 @@ def pod(name: str = "", *, labels: dict[str, str] | None = None, **spec: Any) ->
         "metadata": metadata,
         "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}], **spec},
     }
+
+
+def failure(*, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Status body the API server answers a failed request with (metav1.Status, `status: Failure`);
+    `details` is left out when None, as the API server leaves it out. Stated here, not taken from
+    sim/emulator/errors.py: the tests check the emulator's bodies against it."""
+    status: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    status.update(message=message, reason=reason, code=code)
+    if details is not None:
+        status["details"] = details
+    return status

@@ -15,7 +15,7 @@ import pytest
 import trustme
 
 from sim.emulator.server import ApiServer, ApiServerSettings
-from tests.emulator.conftest import pod
+from tests.emulator.conftest import failure, pod
 from tests.emulator.webhook_server import (
     WebhookServer,
     allow,
@@ -120,16 +120,12 @@ async def test_denial_returns_the_webhook_status(api: Client, webhook: WebhookSe
     )
     status, body, _ = await api.call("POST", PODS, pod(labels={"d": "1"}))
     assert status == 403
-    assert body == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'pods "Unknown" is forbidden: admission webhook "deny.example.com" denied the request: no thanks',
-        "reason": "Forbidden",
-        "details": {"name": "Unknown", "kind": "pods"},
-        "code": 403,
-    }
+    assert body == failure(
+        code=403,
+        reason="Forbidden",
+        message='pods "Unknown" is forbidden: admission webhook "deny.example.com" denied the request: no thanks',
+        details={"name": "Unknown", "kind": "pods"},
+    )
     status, body, _ = await api.call("POST", PODS, pod("named", labels={"d": "2"}))
     assert status == 422 and body["reason"] == "Invalid"
     assert (

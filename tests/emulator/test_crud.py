@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.emulator.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, failure, pod
 
 
 def test_create_fills_system_metadata_and_pod_defaults(core: Core) -> None:
@@ -60,16 +60,9 @@ def test_resource_version_is_one_global_counter(core: Core) -> None:
 def test_get_missing_is_404_with_the_real_status(http: Http) -> None:
     response = http.get("/api/v1/namespaces/default/pods/nope")
     assert response.status_code == 404
-    assert response.json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'pods "nope" not found',
-        "reason": "NotFound",
-        "details": {"name": "nope", "kind": "pods"},
-        "code": 404,
-    }
+    assert response.json() == failure(
+        code=404, reason="NotFound", message='pods "nope" not found', details={"name": "nope", "kind": "pods"}
+    )
 
 
 def test_grouped_resources_name_their_group_in_errors(http: Http) -> None:
@@ -83,16 +76,12 @@ def test_create_twice_is_409_already_exists(core: Core, http: Http) -> None:
     core.create_namespaced_pod("default", pod("twice"))
     response = http.post("/api/v1/namespaces/default/pods", pod("twice"))
     assert response.status_code == 409
-    assert response.json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'pods "twice" already exists',
-        "reason": "AlreadyExists",
-        "details": {"name": "twice", "kind": "pods"},
-        "code": 409,
-    }
+    assert response.json() == failure(
+        code=409,
+        reason="AlreadyExists",
+        message='pods "twice" already exists',
+        details={"name": "twice", "kind": "pods"},
+    )
 
 
 def test_update_with_stale_resource_version_is_409_conflict(core: Core, http: Http) -> None:
@@ -103,17 +92,13 @@ def test_update_with_stale_resource_version_is_409_conflict(core: Core, http: Ht
     body = {"metadata": {"name": "cm", "resourceVersion": stale}, "data": {"a": "3"}}
     response = http.put("/api/v1/namespaces/default/configmaps/cm", body)
     assert response.status_code == 409
-    assert response.json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": 'Operation cannot be fulfilled on configmaps "cm": the object has been modified; please apply '
+    assert response.json() == failure(
+        code=409,
+        reason="Conflict",
+        message='Operation cannot be fulfilled on configmaps "cm": the object has been modified; please apply '
         "your changes to the latest version and try again",
-        "reason": "Conflict",
-        "details": {"name": "cm", "kind": "configmaps"},
-        "code": 409,
-    }
+        details={"name": "cm", "kind": "configmaps"},
+    )
     assert core.read_namespaced_config_map("cm", "default").data == {"a": "2"}
 
 

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sim.emulator.disruption import scaled, synced_status
 from sim.emulator.server import ApiServerSettings
-from tests.emulator.conftest import Core, Http, pod
+from tests.emulator.conftest import Core, Http, failure, pod
 
 PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
@@ -94,14 +94,11 @@ def test_eviction_blocked_by_the_budget_is_429_with_the_real_status(core: Core, 
     make_pdb(http, minAvailable=2)
     response = evict(http, "a")
     assert response.status_code == 429
-    assert response.json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
-        "reason": "TooManyRequests",
-        "details": {
+    assert response.json() == failure(
+        code=429,
+        reason="TooManyRequests",
+        message="Cannot evict pod as it would violate the pod's disruption budget.",
+        details={
             "causes": [
                 {
                     "reason": "DisruptionBudget",
@@ -109,8 +106,7 @@ def test_eviction_blocked_by_the_budget_is_429_with_the_real_status(core: Core, 
                 }
             ]
         },
-        "code": 429,
-    }
+    )
     assert core.read_namespaced_pod("a", "default").metadata.deletion_timestamp is None
     with pytest.raises(ApiException) as caught:
         core.create_namespaced_pod_eviction("a", "default", {"metadata": {"name": "a"}})

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from sim.emulator.server import ApiServerSettings
-from tests.emulator.conftest import Http
+from tests.emulator.conftest import Http, failure
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
@@ -44,15 +44,9 @@ def test_an_exact_list_older_than_the_history_is_expired(http: Http) -> None:
         write(http, "a", value)
     response = http.get(CMS, params={"resourceVersion": first, "resourceVersionMatch": "Exact"})
     assert response.status_code == 410
-    assert response.json() == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "The resourceVersion for the provided list is too old.",
-        "reason": "Expired",
-        "code": 410,
-    }
+    assert response.json() == failure(
+        code=410, reason="Expired", message="The resourceVersion for the provided list is too old."
+    )
 
 
 def test_an_expired_continue_token_offers_one_for_the_current_state(http: Http) -> None:

@@ -16,8 +16,6 @@ import asyncio
 import logging
 import math
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import requests
@@ -26,10 +24,10 @@ from hypothesis import strategies as st
 
 from initclient import client
 from initclient.settings import MAX_DURATION, MAX_POLL_WAIT, ConfigError, Settings, parse_settings
+from tests.initclient.process import REPO, spawn
 
 logger = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
 RUN_LIMIT = 10.0  # seconds; a bad configuration fails open at once
 
 GOOD = {
@@ -233,15 +231,7 @@ def _environment(**extra: bytes) -> dict[bytes, bytes]:
 async def test_the_process_fails_open_at_once_on_a_bad_environment(
     env: dict[bytes, bytes], named: str
 ) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "initclient",
-        env=env,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await spawn(env=env)
     _, stderr = await asyncio.wait_for(process.communicate(), timeout=RUN_LIMIT)
     lines = stderr.decode(errors="backslashreplace").splitlines()
     assert process.returncode == 0, lines  # fail-open: the pod starts

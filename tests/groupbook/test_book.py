@@ -12,24 +12,12 @@ import pytest
 
 from stagger import groupbook
 from stagger.groupbook import Counts, GroupBook, PodRecord
-from stagger.policy import ExponentialPacer, MaxConcurrentPacer, Pacer, StaggeringPolicy
-from stagger.selectors import LabelSelector
+from stagger.policy import ExponentialPacer, MaxConcurrentPacer
+from tests.groupbook.policies import staggering
 
 T0 = 1_000_000.0
 IMG = ("image-pull", "nginx")
 NODE = ("per-node", "n1")
-
-
-def staggering(
-    name: str, pacer: Pacer, *, max_blocked: float = 600.0, start_timeout: float = 300.0
-) -> StaggeringPolicy:
-    return StaggeringPolicy(
-        name=name,
-        label_selector=LabelSelector(),
-        pacer=pacer,
-        max_blocked_duration=max_blocked,
-        start_timeout=start_timeout,
-    )
 
 
 SEED = staggering("image-pull", ExponentialPacer(min_initial=4, multiplier=4.0, max_stagger=16))

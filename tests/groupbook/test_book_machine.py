@@ -23,20 +23,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from stagger import groupbook, pacers
 from stagger.groupbook import RESERVATION_SECONDS, Counts, GrantableIndex, GroupBook, PodKey, PodRecord
-from stagger.policy import ExponentialPacer, LinearPacer, MaxConcurrentPacer, Pacer, StaggeringPolicy
-from stagger.selectors import LabelSelector
+from stagger.policy import ExponentialPacer, LinearPacer, MaxConcurrentPacer
+from tests.groupbook.policies import staggering
 
 Pair = tuple[str, str]
-
-
-def staggering(name: str, pacer: Pacer, *, max_blocked: float, start_timeout: float) -> StaggeringPolicy:
-    return StaggeringPolicy(
-        name=name,
-        label_selector=LabelSelector(),
-        pacer=pacer,
-        max_blocked_duration=max_blocked,
-        start_timeout=start_timeout,
-    )
 
 
 POLICIES = {

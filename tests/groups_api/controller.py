@@ -1,5 +1,6 @@
 """The controller process with group pacing on for the tests: `python -m webhook` with a kubeconfig for the
-API emulator, a token file and a policy file, and a small client of its grant API and `/status`."""
+API emulator, a token file and a policy file, and a small client of its grant API and `/status`; and the
+two together on a fresh emulator (`controller_on_emulator`)."""
 
 from __future__ import annotations
 
@@ -202,3 +203,16 @@ async def running_controller(
             yield controller
     finally:
         await asyncio.to_thread(process.stop)
+
+
+@contextlib.asynccontextmanager
+async def controller_on_emulator(
+    *, tmp_path: Path, policies: str, extra: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[Api, Controller]]:
+    """A fresh API emulator and the controller on it (see running_controller): (the emulator's client on
+    the controller's session, the controller)."""
+    async with (
+        ApiServer() as server,
+        running_controller(server=server, tmp_path=tmp_path, policies=policies, extra=extra) as controller,
+    ):
+        yield Api(server, controller.session), controller

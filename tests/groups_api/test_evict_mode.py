@@ -22,7 +22,14 @@ import pytest
 from sim.emulator.server import ApiServer
 from stagger.timestamps import parse_rfc3339
 from tests.emulator.webhook_server import configuration, hook
-from tests.groups_api.controller import PODS, WEBHOOKS, Api, Controller, running_controller
+from tests.groups_api.controller import (
+    PODS,
+    WEBHOOKS,
+    Api,
+    Controller,
+    controller_on_emulator,
+    running_controller,
+)
 from tests.webhook.reviews import NAMES, enabled, pod
 
 pytestmark = pytest.mark.e2e
@@ -77,13 +84,10 @@ async def metric(controller: Controller, name: str) -> float:
 
 @pytest.fixture
 async def leader(tmp_path: Path) -> AsyncIterator[tuple[Api, Controller]]:
-    async with (
-        ApiServer() as server,
-        running_controller(
-            server=server, tmp_path=tmp_path, policies=POLICY, extra=("--no-leader-elect",)
-        ) as controller,
-    ):
-        yield Api(server, controller.session), controller
+    async with controller_on_emulator(
+        tmp_path=tmp_path, policies=POLICY, extra=("--no-leader-elect",)
+    ) as setup:
+        yield setup
 
 
 async def test_held_evicted_and_replaced_against_the_owner_s_reservation(

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from sim.emulator.server import ApiServer
-from tests.groups_api.controller import PODS, Api, Controller, running_controller
+from tests.groups_api.controller import PODS, Api, Controller, controller_on_emulator
 from tests.webhook.reviews import NAMES, enabled, image_policy, pod
 
 pytestmark = pytest.mark.e2e
@@ -25,11 +24,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[Api, Controller]]:
-    async with (
-        ApiServer() as server,
-        running_controller(server=server, tmp_path=tmp_path, policies=image_policy("gate")) as controller,
-    ):
-        yield Api(server, controller.session), controller
+    async with controller_on_emulator(tmp_path=tmp_path, policies=image_policy("gate")) as setup:
+        yield setup
 
 
 def _gated(found: dict[str, Any]) -> bool:

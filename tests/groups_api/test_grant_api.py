@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.emulator.server import ApiServer
-from tests.groups_api.controller import Api, Controller, running_controller
+from tests.groups_api.controller import Api, Controller, controller_on_emulator
 from tests.webhook.reviews import NAMES, enabled, image_policy, pod
 
 pytestmark = pytest.mark.e2e
@@ -27,11 +26,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[Api, Controller]]:
-    async with (
-        ApiServer() as server,
-        running_controller(server=server, tmp_path=tmp_path, policies=image_policy("lock")) as controller,
-    ):
-        yield Api(server, controller.session), controller
+    async with controller_on_emulator(tmp_path=tmp_path, policies=image_policy("lock")) as setup:
+        yield setup
 
 
 async def _herd(api: Api, controller: Controller, count: int) -> list[str]:

@@ -1,5 +1,6 @@
 """The seed scenario (sim/cluster/scenarios/groups.yaml) for one test: its two Deployments in the test's
-namespace and a second one, any free host port, and the mode asked for."""
+namespace and a second one, any free host port, and the mode asked for; the check that its group started
+4, then 16, then all; and a leader killed during a run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sim.cluster.measure.grouprun import During
+from sim.cluster.measure.grouprun import During, GroupRun
 from sim.cluster.measure.groupwatch import GroupWatch
 from sim.cluster.scenario import Scenario, load_scenario
 from sim.cluster.simcluster import SimCluster
@@ -52,6 +53,18 @@ async def seed_scenario(
     finally:
         if backend.real:
             await clean_namespace(backend.client, second)
+
+
+def check_4_then_16_then_all(run: GroupRun) -> None:
+    """The seed group's run, judged from the pods over time: every pod ends Ready with no restart, the pods
+    started never exceed the pacer's allowance, and they reach it: 4 started while it is 4 (0 or 1 Ready:
+    which one depends on how fast this machine starts the init clients), 16 while fewer than 16 are Ready."""
+    assert run.all_ready_seconds is not None, f"not all Ready: {run.timeline[-10:]}\n{run.controller_log}"
+    assert run.violations == [], run.violations[:5]
+    assert any(p.started == 4 and p.allowance == 4 for p in run.timeline), run.timeline[:12]
+    assert any(p.started >= 16 and p.ready < 16 for p in run.timeline), run.timeline
+    assert run.timeline[-1].ready == 40
+    assert run.restarts == 0
 
 
 def kill_the_leader(leaders: list[str | None], *, once: Callable[[GroupWatch], bool]) -> During:

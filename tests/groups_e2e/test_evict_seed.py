@@ -20,7 +20,7 @@ import pytest
 from sim.cluster.measure.grouprun import run_group
 from tests.backends import Backend
 from tests.groups_e2e.evict import check_every_hold_released_once, has_its_hold, with_policy
-from tests.groups_e2e.seed import seed_scenario
+from tests.groups_e2e.seed import check_4_then_16_then_all, seed_scenario
 
 
 @pytest.mark.parametrize(
@@ -31,12 +31,7 @@ async def test_the_seed_group_starts_4_then_16_then_all_by_evictions(
 ) -> None:
     async with seed_scenario(backend, mode="evict") as scenario:
         run = await run_group(with_policy(scenario, hold=hold), api=backend.api, work_dir=tmp_path)
-    assert run.all_ready_seconds is not None, f"not all Ready: {run.timeline[-10:]}\n{run.controller_log}"
-    assert run.violations == [], run.violations[:5]
-    assert any(p.started == 4 and p.allowance == 4 for p in run.timeline), run.timeline[:12]
-    assert any(p.started >= 16 and p.ready < 16 for p in run.timeline), run.timeline
-    assert run.timeline[-1].ready == 40
-    assert run.restarts == 0
+    check_4_then_16_then_all(run)
 
     held = run.held()
     # 40 pods, 4 allowed at first: most are held at admission, each with its hold.

@@ -1,6 +1,6 @@
-"""The real-process fixtures of `test_process` (a scripted lockd, a port where nothing listens), for the
-other modules of this folder."""
+"""The real-process fixtures of tests/initclient/process.py (a scripted lockd, a port where nothing listens),
+for the modules of this folder."""
 
-from tests.initclient.test_process import closed_url, lockd
+from tests.initclient.process import closed_url, lockd
 
 __all__ = ["closed_url", "lockd"]

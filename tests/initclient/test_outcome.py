@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stagger.contracts.failopen import CAUSES, MESSAGE_LIMIT, FailOpenCause, format_outcome, read_outcome
-from tests.initclient.test_process import Answer, FakeLockd, environment, run
+from tests.initclient.process import Answer, FakeLockd, environment, run
 
 pytestmark = pytest.mark.slow
 

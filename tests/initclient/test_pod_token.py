@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.initclient.test_process import GRANTED, FakeLockd, environment, locked, run
+from tests.initclient.process import GRANTED, FakeLockd, environment, locked, run
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from initclient.client import (
     start,
 )
 from initclient.settings import Settings
-from tests.initclient.test_process import REPO, environment, run
+from tests.initclient.process import REPO, environment, run
 from tests.processes import clean_env, free_port
 
 pytestmark = pytest.mark.slow

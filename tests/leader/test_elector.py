@@ -84,6 +84,19 @@ async def replicas(*pairs: tuple[str, RestClient], **options: Any) -> AsyncItera
             await replica.stop()
 
 
+@asynccontextmanager
+async def recorded_leader(
+    *, api: ApiServer, session: aiohttp.ClientSession
+) -> AsyncIterator[tuple[Replica, RecordingClient, list[tuple[Any, ...]]]]:
+    """Replica a, alone and leading, on a RecordingClient: (a, its client, the client's request log)."""
+    log: list[tuple[Any, ...]] = []
+    recording = RecordingClient(base_url=api.url, session=session, log=log)
+    async with replicas(("a", recording)) as (a,):
+        a.start()
+        await a.wait(leading, 5)
+        yield a, recording, log
+
+
 async def lease_spec(client: RestClient) -> dict[str, Any]:
     lease = await client.get(LEASES, name=LEASE, namespace=NAMESPACE)
     return dict(lease["spec"])
@@ -238,11 +251,7 @@ async def test_leader_cut_off_stops_leading_at_its_renew_deadline_before_the_tak
 async def test_a_409_on_renewal_is_read_again_and_renewed(
     api: ApiServer, session: aiohttp.ClientSession, client: RestClient
 ) -> None:
-    log: list[tuple[Any, ...]] = []
-    recording = RecordingClient(base_url=api.url, session=session, log=log)
-    async with replicas(("a", recording)) as (a,):
-        a.start()
-        await a.wait(leading, 5)
+    async with recorded_leader(api=api, session=session) as (a, recording, log):
 
         async def someone_labels_the_lease() -> None:
             patch = {"metadata": {"labels": {"touched": "yes"}}}
@@ -263,11 +272,7 @@ async def test_a_409_on_renewal_is_read_again_and_renewed(
 async def test_a_409_because_another_replica_took_the_lease_ends_leadership_at_once(
     api: ApiServer, session: aiohttp.ClientSession, client: RestClient
 ) -> None:
-    log: list[tuple[Any, ...]] = []
-    recording = RecordingClient(base_url=api.url, session=session, log=log)
-    async with replicas(("a", recording)) as (a,):
-        a.start()
-        await a.wait(leading, 5)
+    async with recorded_leader(api=api, session=session) as (a, recording, log):
         await eventually(lambda: labelled(client, "a"), within=5, what="a labelled")
 
         async def intruder_takes_the_lease() -> None:

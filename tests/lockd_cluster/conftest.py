@@ -78,10 +78,8 @@ async def make_pod(
     return await kube.create(PODS, pod, namespace=namespace)
 
 
-async def set_ready(
-    kube: RestClient, pod: dict[str, Any], *, ready: bool = True, phase: str = "Running"
-) -> None:
-    status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+async def patch_status(kube: RestClient, pod: dict[str, Any], *, status: dict[str, Any]) -> None:
+    """Merge `status` into the pod's status (the status subresource), as its kubelet would."""
     await kube.patch(
         PODS,
         name=pod["metadata"]["name"],
@@ -89,6 +87,13 @@ async def set_ready(
         subresource="status",
         patch={"status": status},
     )
+
+
+async def set_ready(
+    kube: RestClient, pod: dict[str, Any], *, ready: bool = True, phase: str = "Running"
+) -> None:
+    status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    await patch_status(kube, pod, status=status)
 
 
 async def pod_events(kube: RestClient, name: str) -> list[str]:

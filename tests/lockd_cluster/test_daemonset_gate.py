@@ -11,7 +11,7 @@ from typing import Any
 from lockd.appstate import view_of
 from sim.emulator.server import ApiServer
 from stagger.kube import DAEMONSETS, NODES, PODS, RestClient
-from tests.lockd_cluster.conftest import NODE, ClusterLockd, make_node, make_pod, set_ready
+from tests.lockd_cluster.conftest import NODE, ClusterLockd, make_node, make_pod, patch_status, set_ready
 from tests.metrics import by_label
 from tests.policies import limit_policy
 from tests.waiting import eventually
@@ -281,13 +281,7 @@ async def crash_loop(kube: RestClient, pod: dict[str, Any]) -> None:
         "conditions": [{"type": "Ready", "status": "False"}],
         "containerStatuses": [{**RECOVERING, "state": CRASH_LOOP}],
     }
-    await kube.patch(
-        PODS,
-        name=pod["metadata"]["name"],
-        namespace=pod["metadata"]["namespace"],
-        subresource="status",
-        patch={"status": status},
-    )
+    await patch_status(kube, pod, status=status)
 
 
 async def test_count_all_starting_counts_a_crash_looping_pod(start_lockd, kube) -> None:

@@ -5,12 +5,16 @@ minHold, holdTimeout, Events, held slots rebuilt by a restarted lockd, and the w
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lockd.app import SERVICE
-from stagger.kube import PODS
+from stagger.kube import PODS, RestClient
 from tests.lockd_cluster.conftest import (
     NAMES,
+    ClusterLockd,
+    StartLockd,
     make_node,
     make_pod,
     pod_events,
@@ -19,6 +23,20 @@ from tests.lockd_cluster.conftest import (
 from tests.metrics import by_label
 from tests.policies import limit_policy
 from tests.waiting import eventually
+
+
+async def first_holds_second_waits(
+    *, start_lockd: StartLockd, kube: RestClient
+) -> tuple[ClusterLockd, dict[str, Any], dict[str, Any]]:
+    """The node, pods `first` and `second` on it, and lockd with one slot: first holds it, second asked
+    and waits (423). Returns (lockd, first, second)."""
+    await make_node(kube)
+    first = await make_pod(kube, "first")
+    second = await make_pod(kube, "second")
+    lockd = await start_lockd(limit_policy(1))
+    assert (await lockd.lock(first)).status == 200
+    assert (await lockd.lock(second)).status == 423
+    return lockd, first, second
 
 
 async def test_not_ready_until_the_node_is_listed(start_lockd, kube) -> None:
@@ -107,12 +125,7 @@ async def test_uid_is_required(start_lockd, kube) -> None:
     ],
 )
 async def test_slot_ends_with_the_pod(start_lockd, kube, end: str, counted: str) -> None:
-    await make_node(kube)
-    first = await make_pod(kube, "first")
-    second = await make_pod(kube, "second")
-    lockd = await start_lockd(limit_policy(1))
-    assert (await lockd.lock(first)).status == 200
-    assert (await lockd.lock(second)).status == 423
+    lockd, first, second = await first_holds_second_waits(start_lockd=start_lockd, kube=kube)
     if end == "ready":
         await set_ready(kube, first)
     elif end == "finished":
@@ -205,12 +218,7 @@ async def test_a_queued_pod_that_starts_or_goes_is_a_wait_given_up(
 ) -> None:
     """The second pod waits behind the first; its init client gives up (fail-open) and the pod becomes
     Ready without a slot, or the pod is deleted: it leaves the queue, counted by why."""
-    await make_node(kube)
-    first = await make_pod(kube, "first")
-    second = await make_pod(kube, "second")
-    lockd = await start_lockd(limit_policy(1))
-    assert (await lockd.lock(first)).status == 200
-    assert (await lockd.lock(second)).status == 423
+    lockd, _first, second = await first_holds_second_waits(start_lockd=start_lockd, kube=kube)
     if end == "ready":
         await set_ready(kube, second)
     else:

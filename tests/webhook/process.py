@@ -134,20 +134,25 @@ class Webhook:
         return self.proc.returncode
 
 
+def webhook_command(*args: str, image: str = "stagger:test") -> list[str]:
+    """`python -m webhook` on free loopback ports (named in the banner line, BANNER), injecting `image`."""
+    return [
+        sys.executable,
+        "-m",
+        "webhook",
+        "--listen",
+        "127.0.0.1:0",
+        "--probe-listen",
+        "127.0.0.1:0",
+        "--image",
+        image,
+        *args,
+    ]
+
+
 def start_webhook(*args: str, env: dict[str, str] | None = None) -> Webhook:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "--listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            "127.0.0.1:0",
-            "--image",
-            "stagger:test",
-            *args,
-        ],
+        webhook_command(*args),
         env=clean_env(**(env or {})),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -66,11 +66,6 @@ def stagger_configuration(webhook: Webhook, certs: Certs) -> dict[str, Any]:
 
 
 @pytest.fixture
-def certs(tmp_path: Path) -> Certs:
-    return Certs.write(tmp_path / "tls")
-
-
-@pytest.fixture
 def controller(certs: Certs, tmp_path: Path) -> Iterator[Webhook]:
     policies = tmp_path / "policies.yaml"
     policies.write_text(image_policy("gate"))

@@ -24,11 +24,6 @@ MAX_BODY = 64 * 1024
 
 
 @pytest.fixture
-def certs(tmp_path: Path) -> Certs:
-    return Certs.write(tmp_path / "tls")
-
-
-@pytest.fixture
 def hook(certs: Certs, tmp_path: Path) -> Iterator[Webhook]:
     policies = tmp_path / "policies.yaml"
     policies.write_text(image_policy("lock"))

@@ -27,11 +27,6 @@ from tests.webhook.reviews import NAMES, enabled, image_policy, patch_of, pod, r
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def certs(tmp_path: Path) -> Certs:
-    return Certs.write(tmp_path / "tls")
-
-
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook", *args],

@@ -24,11 +24,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def certs(tmp_path: Path) -> Certs:
-    return Certs.write(tmp_path / "tls")
-
-
-@pytest.fixture
 def policies(tmp_path: Path) -> Path:
     path = tmp_path / "policies.yaml"
     path.write_text(image_policy("lock"))
