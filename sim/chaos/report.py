@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.chaos.run import ChaosResult
+from sim.chaos.result import ChaosResult
 
 __all__ = ["render_report", "write_report"]
 

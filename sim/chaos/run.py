@@ -11,7 +11,7 @@ and the controller (two replicas, leader election) reaching the API server throu
 - no loss: every pod created is Ready, finished or replaced; no held pod evicted more than once; no Job
   counts a release as a failure (status.failed 0); no lockd slot left held once every pod is Ready.
 
-The workloads' pods are watched directly (not through the proxy): the checks see the truth.
+The workloads' pods are watched directly (not through the proxy, `sim.chaos.ledger`): the checks see the truth.
 """
 
 from __future__ import annotations
@@ -24,16 +24,19 @@ import re
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import aiohttp
 
 from sim.chaos import endstate
 from sim.chaos.faults import FaultPlan, FaultSettings
 from sim.chaos.herd import GROUP_LABEL, ChaosHerd, ChaosWorkload
+from sim.chaos.ledger import PodLedger, PodLife
 from sim.chaos.proxy import fault_proxy
+from sim.chaos.result import ChaosResult
 from sim.cluster.backend import ApiBackend
 from sim.cluster.kubernetes.nodeagent import node_name
 from sim.cluster.kubernetes.workloads.statefulset import STATEFULSETS
@@ -42,18 +45,15 @@ from sim.cluster.measure.progress import ProgressWatch, Target
 from sim.cluster.scenario import pod_template, workload_manifest
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from stagger.informer import Informer, InformerSettings
-from stagger.kube import JOBS, PODS, WatchEventType
-from stagger.names import Names
-from stagger.objects import condition
-from stagger.podstate import is_pod_finished, is_pod_ready
-from stagger.policy import parse_policy_text
+from stagger.kube import JOBS, PODS
+from stagger.objects import Obj
+from stagger.policy import StaggeringPolicy, parse_policy_text
 from stagger.selectors import LabelSelector
 
-__all__ = ["ChaosResult", "ChaosSettings", "failed_run", "run_chaos"]
+__all__ = ["ChaosSettings", "run_chaos"]
 
 logger = logging.getLogger(__name__)
 
-NAMES = Names()
 WEBHOOK_TIMEOUT = 5.0  # the simulated cluster's MutatingWebhookConfiguration timeoutSeconds
 
 
@@ -78,106 +78,6 @@ class ChaosSettings:
     """One node's lockd runs with its wall clock this far ahead or behind (libfaketime; 0: none), as
     with a node whose NTP is off: the granted-at it writes and reads are skewed, its monotonic clock not."""
     work_dir: Path | None = None
-
-
-@dataclass
-class PodLife:
-    """One pod as the checks saw it (wall seconds since the run began)."""
-
-    key: str
-    kind: str
-    created: float
-    node: str = ""
-    ready_at: float | None = None
-    finished: bool = False
-    deleted: bool = False
-    held: bool = False
-    disrupted: int = 0
-    unmutated: bool = False
-    """Opted in (the enable label) but created without stagger's init container: the admission webhook
-    could not be reached and its failurePolicy Ignore let the pod through as it was (a fail-open)."""
-    groups: tuple[str, ...] = ()
-
-
-@dataclass
-class ChaosResult:
-    seed: int
-    herd: str
-    faults: dict[str, int]
-    kills: list[str]
-    pods: int
-    started: int
-    group_violations: dict[str, int]
-    node_violations: dict[str, str]
-    fail_opens: dict[str, int]
-    slowest: tuple[str, float] | None
-    bound_seconds: float
-    not_ready: list[str]
-    problems: list[str]
-    seconds: float
-    crashes: int = 0
-    """Tracebacks in lockd's and the controller's logs: a crash, or an error nobody handled."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def replay(self) -> str:
-        return f"python -m sim chaos --seed {self.seed}"
-
-    def summary(self) -> str:
-        slowest = "none" if self.slowest is None else f"{self.slowest[0]} {self.slowest[1]:.1f}s"
-        lines = [
-            f"chaos {self.herd}",
-            f"  faults injected: {dict(sorted(self.faults.items())) or 'none'}; kills: {self.kills or 'none'}",
-            f"  pods: {self.pods} created, {self.started} started; fail-opens: {self.fail_opens or 'none'}",
-            f"  group limit violations: {self.group_violations or 'none'}; node: {self.node_violations or 'none'}",
-            f"  slowest pod: {slowest} (bound {self.bound_seconds:.0f}s); took {self.seconds:.0f}s",
-        ]
-        if self.problems:
-            lines.append("  FAILED: " + "; ".join(self.problems))
-            lines.append(f"  replay: {self.replay()}")
-        else:
-            lines.append("  ok")
-        return "\n".join(lines)
-
-
-class PodLedger:
-    """Every pod of the run's namespace, watched directly: when it appeared, was Ready, finished, went."""
-
-    def __init__(self, *, started: float) -> None:
-        self.started = started
-        self.pods: dict[str, PodLife] = {}
-
-    def __call__(self, kind: WatchEventType, pod: Any) -> None:
-        metadata = pod.get("metadata") or {}
-        uid = str(metadata.get("uid") or "")
-        now = time.monotonic() - self.started
-        labels = metadata.get("labels") or {}
-        life = self.pods.get(uid)
-        if life is None:
-            life = self.pods[uid] = PodLife(
-                key=f"{metadata.get('namespace')}/{metadata.get('name')}",
-                kind=str(labels.get("chaos-kind", "")),
-                created=now,
-            )
-        spec = pod.get("spec") or {}
-        life.node = str(spec.get("nodeName") or life.node)
-        if labels.get(NAMES.enable_label) == "1":
-            inits = {str(c.get("name")) for c in spec.get("initContainers") or []}
-            gated = any(g.get("name") == NAMES.scheduling_gate for g in spec.get("schedulingGates") or [])
-            life.unmutated = not (inits & {"stagger-wait", "stagger-hold"}) and not gated and not life.held
-        if labels.get(GROUP_LABEL):
-            life.groups = (str(labels[GROUP_LABEL]),)
-        annotations = metadata.get("annotations") or {}
-        life.held = life.held or NAMES.hold_annotation in annotations
-        if condition(pod, "DisruptionTarget") is not None and life.disrupted == 0:
-            life.disrupted = 1
-        if is_pod_ready(pod) and life.ready_at is None:
-            life.ready_at = now
-        life.finished = life.finished or is_pod_finished(pod)
-        if kind == "DELETED" or metadata.get("deletionTimestamp"):
-            life.deleted = True
 
 
 async def _create(sim: SimCluster, herd: ChaosHerd, workload: ChaosWorkload) -> None:
@@ -281,7 +181,6 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
     rng = random.Random(settings.seed ^ 0x5EED)
     skewed, lockd_env = _clock_skew(herd, rng=rng, seconds=settings.clock_skew_seconds)
     kills: list[str] = []
-    problems: list[str] = []
     upstream = api.cluster_config() if api.kubeconfig is not None else None
     async with fault_proxy(upstream=api.url, plan=plan, config=upstream, armed=False) as proxy:
         cluster = ClusterSettings.from_scenario(
@@ -308,95 +207,203 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
             )
             informer.add_handler(ledger)
             watching = asyncio.create_task(informer.run(), name="chaos-pods")
-            target = Target(
-                deployments={(herd.namespace, w.name): w.replicas for w in herd.workloads if w.kind != "Job"},
-                jobs=frozenset((herd.namespace, w.name) for w in herd.workloads if w.kind == "Job"),
+            drive = await _drive_herd(
+                sim,
+                herd=herd,
+                settings=settings,
+                policies=policies.staggering_policies,
+                rng=rng,
+                span=span,
+                began=began,
+                kills=kills,
             )
-            async with contextlib.AsyncExitStack() as stack:
-                group_watches = {
-                    policy.name: await stack.enter_async_context(
-                        GroupWatch(
-                            client=sim.client,
-                            clock=sim.clock,
-                            pacer=policy.pacer,
-                            selector=LabelSelector.from_labels({GROUP_LABEL: policy.name}),
-                        )
-                    )
-                    for policy in policies.staggering_policies
-                }
-                progress = await stack.enter_async_context(
-                    ProgressWatch(client=sim.client, clock=sim.clock, target=target)
-                )
-                arrivals = sorted((rng.uniform(0, span / 2), w) for w in herd.workloads)
-                killing = asyncio.create_task(
-                    _kills(
-                        sim,
-                        rng=rng,
-                        count=settings.kills,
-                        span=span,
-                        start=began,
-                        notice=settings.notice_seconds,
-                        done=kills,
-                    ),
-                    name="chaos-kills",
-                )
-                for at, workload in arrivals:
-                    await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
-                    await _create(sim, herd, workload)
-                remaining = span + settings.settle_seconds - (time.monotonic() - began)
-                done = await progress.wait_done(deadline_seconds=max(0.0, remaining) * sim.clock.time_scale)
-                with contextlib.suppress(asyncio.CancelledError):
-                    await killing
-                group_violations = {
-                    name: len(watch.violations) for name, watch in group_watches.items() if watch.violations
-                }
-                released, held_again = _check_releases(
-                    group_watches, leader_killed=any("controller leader" in kill for kill in kills)
-                )
-                problems.extend(released)
-            jobs = await sim.client.list(JOBS, namespace=herd.namespace)
-            # Why each pod still not Ready is where it is, read before anything else moves: the run
-            # keeps no timeline per pod, so this is what a failed seed can be explained by.
-            late = [
-                p.key for p in ledger.pods.values() if not p.deleted and p.ready_at is None and not p.finished
-            ]
-            stuck = [] if done else await endstate.stuck(sim, informer, late)
-            slots = await endstate.lockd_slots(sim, within=settings.slot_settle_seconds)
-            fail_opens: Counter[str] = Counter()
-            node_violations: dict[str, str] = {}
-            unmutated = [p for p in ledger.pods.values() if p.unmutated]
-            if unmutated:
-                fail_opens["admission webhook unreachable (failurePolicy Ignore)"] += len(unmutated)
-            for name, kubelet in sim.kubelets.items():
-                for fail_open in kubelet.fail_opens:
-                    fail_opens[f"init client: {fail_open.cause}"] += 1
-                    logger.info("%s: %s failed open: %s", name, fail_open.pod, fail_open.why)
-                peak = kubelet.peak_starting
-                if peak > herd.node_limit:
-                    opened = len(kubelet.fail_opens) + sum(1 for p in unmutated if p.node == name)
-                    verdict = f"{peak} starting at once (limit {herd.node_limit})"
-                    node_violations[name] = (
-                        f"{verdict}, with {opened} fail-opens on the node" if opened else verdict
-                    )
-                    if not opened:
-                        problems.append(f"node {name}: {verdict}, no fail-open to explain it")
+            end = await _read_end_state(
+                sim, herd=herd, settings=settings, informer=informer, ledger=ledger, done=drive.done
+            )
             watching.cancel()
             await asyncio.gather(watching, return_exceptions=True)
     # After the cluster stopped: what a process logged on its way out counts too.
+    return _judge(
+        settings=settings,
+        herd=herd,
+        faults=dict(plan.counts),
+        skewed=skewed,
+        kills=kills,
+        lives=list(ledger.pods.values()),
+        drive=drive,
+        end=end,
+        began=began,
+    )
+
+
+@dataclass
+class _Drive:
+    """What the group watches saw while the herd arrived under the faults and kills."""
+
+    done: bool
+    """Every workload reached its target before the deadline."""
+    group_violations: dict[str, int]
+    problems: list[str]
+    held_again: int
+    """Replacements held again after a controller leader was killed (`_check_releases`)."""
+
+
+async def _drive_herd(
+    sim: SimCluster,
+    *,
+    herd: ChaosHerd,
+    settings: ChaosSettings,
+    policies: Sequence[StaggeringPolicy],
+    rng: random.Random,
+    span: float,
+    began: float,
+    kills: list[str],
+) -> _Drive:
+    """Create the herd's workloads at random moments of the first half of the fault span while processes
+    are killed, wait for every workload to reach its target (or the deadline), and check the groups."""
+    target = Target(
+        deployments={(herd.namespace, w.name): w.replicas for w in herd.workloads if w.kind != "Job"},
+        jobs=frozenset((herd.namespace, w.name) for w in herd.workloads if w.kind == "Job"),
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        group_watches = {
+            policy.name: await stack.enter_async_context(
+                GroupWatch(
+                    client=sim.client,
+                    clock=sim.clock,
+                    pacer=policy.pacer,
+                    selector=LabelSelector.from_labels({GROUP_LABEL: policy.name}),
+                )
+            )
+            for policy in policies
+        }
+        progress = await stack.enter_async_context(
+            ProgressWatch(client=sim.client, clock=sim.clock, target=target)
+        )
+        arrivals = sorted((rng.uniform(0, span / 2), w) for w in herd.workloads)
+        killing = asyncio.create_task(
+            _kills(
+                sim,
+                rng=rng,
+                count=settings.kills,
+                span=span,
+                start=began,
+                notice=settings.notice_seconds,
+                done=kills,
+            ),
+            name="chaos-kills",
+        )
+        for at, workload in arrivals:
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+            await _create(sim, herd, workload)
+        remaining = span + settings.settle_seconds - (time.monotonic() - began)
+        done = await progress.wait_done(deadline_seconds=max(0.0, remaining) * sim.clock.time_scale)
+        with contextlib.suppress(asyncio.CancelledError):
+            await killing
+        group_violations = {
+            name: len(watch.violations) for name, watch in group_watches.items() if watch.violations
+        }
+        released, held_again = _check_releases(
+            group_watches, leader_killed=any("controller leader" in kill for kill in kills)
+        )
+    return _Drive(done=done, group_violations=group_violations, problems=released, held_again=held_again)
+
+
+@dataclass
+class _EndState:
+    """The cluster at the end of the run, read before it stops."""
+
+    jobs: list[Obj]
+    stuck: list[str]
+    """Why each pod still not Ready is where it is (`endstate.stuck`); empty when every pod made it."""
+    slots: list[str]
+    """lockd slots still held once every pod is Ready."""
+    fail_opens: Counter[str]
+    node_violations: dict[str, str]
+    problems: list[str]
+
+
+async def _read_end_state(
+    sim: SimCluster,
+    *,
+    herd: ChaosHerd,
+    settings: ChaosSettings,
+    informer: Informer,
+    ledger: PodLedger,
+    done: bool,
+) -> _EndState:
+    """Read what the checks need of the cluster while it still runs: Jobs, stuck pods, slots, nodes."""
+    jobs = await sim.client.list(JOBS, namespace=herd.namespace)
+    # Why each pod still not Ready is where it is, read before anything else moves: the run
+    # keeps no timeline per pod, so this is what a failed seed can be explained by.
+    late = [p.key for p in ledger.pods.values() if not p.deleted and p.ready_at is None and not p.finished]
+    stuck = [] if done else await endstate.stuck(sim, informer, late)
+    slots = await endstate.lockd_slots(sim, within=settings.slot_settle_seconds)
+    fail_opens, node_violations, problems = _node_fail_opens(sim, herd=herd, ledger=ledger)
+    return _EndState(
+        jobs=list(jobs.get("items", [])),
+        stuck=stuck,
+        slots=slots,
+        fail_opens=fail_opens,
+        node_violations=node_violations,
+        problems=problems,
+    )
+
+
+def _node_fail_opens(
+    sim: SimCluster, *, herd: ChaosHerd, ledger: PodLedger
+) -> tuple[Counter[str], dict[str, str], list[str]]:
+    """The fail-opens by cause (admission skipped, init clients without a slot), each node's limit
+    violations, and the problems: a node over its limit with no fail-open on it to explain it."""
+    fail_opens: Counter[str] = Counter()
+    node_violations: dict[str, str] = {}
+    problems: list[str] = []
+    unmutated = [p for p in ledger.pods.values() if p.unmutated]
+    if unmutated:
+        fail_opens["admission webhook unreachable (failurePolicy Ignore)"] += len(unmutated)
+    for name, kubelet in sim.kubelets.items():
+        for fail_open in kubelet.fail_opens:
+            fail_opens[f"init client: {fail_open.cause}"] += 1
+            logger.info("%s: %s failed open: %s", name, fail_open.pod, fail_open.why)
+        peak = kubelet.peak_starting
+        if peak > herd.node_limit:
+            opened = len(kubelet.fail_opens) + sum(1 for p in unmutated if p.node == name)
+            verdict = f"{peak} starting at once (limit {herd.node_limit})"
+            node_violations[name] = f"{verdict}, with {opened} fail-opens on the node" if opened else verdict
+            if not opened:
+                problems.append(f"node {name}: {verdict}, no fail-open to explain it")
+    return fail_opens, node_violations, problems
+
+
+def _judge(
+    *,
+    settings: ChaosSettings,
+    herd: ChaosHerd,
+    faults: dict[str, int],
+    skewed: str,
+    kills: list[str],
+    lives: list[PodLife],
+    drive: _Drive,
+    end: _EndState,
+    began: float,
+) -> ChaosResult:
+    """The run's result: its checks, from what was seen during the run and the logs the processes left."""
+    assert settings.work_dir is not None
     crashes = _tracebacks(settings.work_dir)
     group_opened = _group_fail_opens(settings.work_dir)
+    fail_opens = Counter(end.fail_opens)
     if group_opened:
         fail_opens["group pacer unreachable (groupFailurePolicy open)"] += len(group_opened)
-    if held_again:
+    if drive.held_again:
         fail_opens["replacement held again: reservation lost with the killed leader (known limit)"] += (
-            held_again
+            drive.held_again
         )
-    lives = list(ledger.pods.values())
     not_ready = [p.key for p in lives if not p.deleted and p.ready_at is None and not p.finished]
-    if not done:
+    problems = [*drive.problems, *end.problems]
+    if not drive.done:
         problems.append(f"not every pod Ready by the deadline: {not_ready[:10]}")
-        problems.extend(stuck)
-    for job in jobs.get("items", []):
+        problems.extend(end.stuck)
+    for job in end.jobs:
         failed = int((job.get("status") or {}).get("failed") or 0)
         if failed:
             problems.append(f"Job {job['metadata']['name']} counted {failed} failed pods")
@@ -404,23 +411,22 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
     # granting without the group pacer (the controller unreachable for --group-unavailable-after).
     unexplained = {
         group: count
-        for group, count in group_violations.items()
+        for group, count in drive.group_violations.items()
         if not any((p.unmutated or p.key in group_opened) and group in p.groups for p in lives)
     }
     if unexplained:
         problems.append(f"group limits exceeded with no fail-open to explain it: {unexplained}")
     if crashes:
         problems.append(f"{sum(crashes.values())} tracebacks in the logs: {sorted(crashes)}")
-    if slots:
-        problems.append(f"lockd slots left after every pod was Ready: {slots}")
+    if end.slots:
+        problems.append(f"lockd slots left after every pod was Ready: {end.slots}")
     waits = [(p.key, p.ready_at - p.created) for p in lives if p.ready_at is not None]
     slowest = max(waits, key=lambda item: item[1], default=None)
     bound = settings.max_wait_seconds + settings.notice_seconds + settings.faults.outage_seconds
     if slowest is not None and slowest[1] > bound:
         problems.append(f"{slowest[0]} waited {slowest[1]:.0f}s, over its bound of {bound:.0f}s")
-    faults = dict(plan.counts)
     if skewed:
-        faults["clock skew"] = 1
+        faults = {**faults, "clock skew": 1}
     return ChaosResult(
         seed=settings.seed,
         herd=herd.describe() + (f"; {skewed}" if skewed else ""),
@@ -428,8 +434,8 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
         kills=kills,
         pods=len(lives),
         started=sum(1 for p in lives if p.ready_at is not None or (p.finished and not p.disrupted)),
-        group_violations=group_violations,
-        node_violations=node_violations,
+        group_violations=drive.group_violations,
+        node_violations=end.node_violations,
         fail_opens=dict(fail_opens),
         slowest=slowest,
         bound_seconds=bound,
@@ -437,26 +443,6 @@ async def _run_chaos(settings: ChaosSettings, *, herd: ChaosHerd, api: ApiBacken
         problems=problems,
         seconds=time.monotonic() - began,
         crashes=sum(crashes.values()),
-    )
-
-
-def failed_run(*, seed: int, herd: ChaosHerd, why: str, began: float) -> ChaosResult:
-    """The result of a run that could not finish (the cluster did not come up, say): a failed seed."""
-    return ChaosResult(
-        seed=seed,
-        herd=herd.describe(),
-        faults={},
-        kills=[],
-        pods=0,
-        started=0,
-        group_violations={},
-        node_violations={},
-        fail_opens={},
-        slowest=None,
-        bound_seconds=0.0,
-        not_ready=[],
-        problems=[why],
-        seconds=time.monotonic() - began,
     )
 
 

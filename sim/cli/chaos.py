@@ -23,7 +23,8 @@ from pathlib import Path
 from sim.chaos.faults import FaultSettings
 from sim.chaos.herd import random_herd
 from sim.chaos.report import write_report
-from sim.chaos.run import ChaosResult, ChaosSettings, failed_run, run_chaos
+from sim.chaos.result import ChaosResult, failed_run
+from sim.chaos.run import ChaosSettings, run_chaos
 from sim.cli.apis import open_api
 
 logger = logging.getLogger(__name__)

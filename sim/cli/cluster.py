@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from sim.cli.apis import (
     check_control_plane,
     open_api,
 )
+from sim.cli.options import add_log_level_option, command_parser, set_up_logging
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from stagger.kube import ApiError
@@ -58,12 +58,7 @@ class CliSettings:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim cluster",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim cluster", description=DESCRIPTION, epilog=EPILOG)
     add = parser.add_argument
     add(
         "--scenario",
@@ -97,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--kubeconfig", type=Path, help="write a kubeconfig for the API server started here")
     add("--duration", type=float, help="stop after this many wall seconds (default: run until interrupted)")
-    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level_option(parser, default="info")
     return parser
 
 
@@ -197,6 +192,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScenarioError, ApiUnavailable) as exc:
         print(f"sim cluster: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    set_up_logging(level=log_level)
     asyncio.run(_serve(settings))
     return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sim.cli.apis import open_api
+from sim.cli.options import add_log_level_option, add_report_options, command_parser, set_up_logging
 from sim.cluster.measure.grouprun import GroupRun, run_group
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario
 from stagger.policy import PolicyError, parse_policy_text
@@ -146,12 +146,7 @@ def plot(runs: Sequence[ModeRun], *, path: Path, title: str) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim groups",
-        description=__doc__,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim groups", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--scenario",
         type=Path,
@@ -161,11 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--mode", choices=MODES, action="append", help="run only this mode (repeatable; default: every mode)"
     )
-    parser.add_argument(
-        "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_report_options(parser)
+    add_log_level_option(parser)
     return parser
 
 
@@ -179,9 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScenarioError, PolicyError) as exc:
         print(f"sim groups: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    set_up_logging(level=args.log_level)
     runs = []
     for mode in args.mode or MODES:
         print(f"{mode} mode: scenario {scenario.name} ...", file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ from sim.cli.apis import (
     check_control_plane,
     open_api,
 )
+from sim.cli.options import add_log_level_option, add_report_options, command_parser, set_up_logging
 from sim.cluster.measure.herd import PNG_NAME, RunResult, as_json, format_table, measure, plot
 from sim.cluster.scenario import Scenario, ScenarioError, load_scenario, with_stagger
 from sim.cluster.simcluster import ClusterSettings, SimCluster
@@ -92,24 +93,16 @@ async def run_demo(scenario: Scenario, *, control_plane: ControlPlaneKind = "emu
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim herd",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim herd", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument(
         "--scenario", type=Path, help="scenario YAML (default: sim/cluster/scenarios/herd.yaml)"
     )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument(
-        "--out", type=Path, default=Path("out"), help="directory for the PNG timeline (default out/)"
-    )
+    add_report_options(parser)
     parser.add_argument(
         "--time-scale", type=float, help="simulated seconds per wall second (default: the scenario's)"
     )
     add_control_plane_option(parser)
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_log_level_option(parser)
     return parser
 
 
@@ -125,9 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScenarioError, ApiUnavailable) as exc:
         print(f"sim herd: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    set_up_logging(level=args.log_level)
     results = asyncio.run(run_demo(scenario, control_plane=args.control_plane))
     where = "" if args.control_plane == "emulator" else " (real control plane)"
     png = plot(results, path=args.out / PNG_NAME, title=f"{scenario.name}{where}: pods Ready over time")

@@ -25,8 +25,9 @@ from sim.cluster import standins
 from sim.cluster.backend import ApiBackend, wait_namespace_ready
 from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.controllers import ControllerManager, ControllerSettings
-from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings, NodeStats
+from sim.cluster.kubernetes.kubelet import Kubelet
 from sim.cluster.kubernetes.kubeletpool import KubeletPool, PoolSpec
+from sim.cluster.kubernetes.kubeletstate import KubeletSettings, NodeStats
 from sim.cluster.kubernetes.nodeagent import NodeAgent, NodeAgentSettings, node_name, pod_subnet
 from sim.cluster.kubernetes.scheduler import Scheduler, SchedulerSettings
 from sim.cluster.launchers.controllerproc import ControllerProcess, ControllerSpec

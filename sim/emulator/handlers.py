@@ -1,23 +1,33 @@
-"""The HTTP shell of the API server emulator: parse the request, run admission, call the registry,
-render the answer (JSON object, Table, PartialObjectMetadata or Status). No semantics live here."""
+"""The HTTP shell of the API server emulator: parse the request (``sim.emulator.requestinfo``), run
+admission, call the registry, render the answer (JSON object, Table, PartialObjectMetadata or Status).
+No semantics live here."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import yaml
 from aiohttp import web
 
 from sim.emulator import errors, listoptions, openapi, patch, podactions, tokens
-from sim.emulator.admission import Attributes, GroupVersionKind, Operation, UserInfo
+from sim.emulator.admission import Attributes, GroupVersionKind, Operation
 from sim.emulator.errors import ApiError
 from sim.emulator.listoptions import ListOptions
-from sim.emulator.registry import FieldValidation, Registry, StaleRead
+from sim.emulator.registry import Registry, StaleRead
 from sim.emulator.render import error_response, json_response, negotiate, render_list, render_object
+from sim.emulator.requestinfo import (
+    delete_options_of,
+    dry_run_of,
+    field_validation_of,
+    int_param,
+    options_of,
+    read_body,
+    selectors,
+    user_of,
+    verb_of,
+)
 from sim.emulator.resources import (
     DiscoveryPath,
     ResourcePath,
@@ -30,84 +40,11 @@ from sim.emulator.resources import (
     parse_path,
     version_info,
 )
-from sim.emulator.selectors import (
-    FieldSelector,
-    LabelSelector,
-    SelectorError,
-    parse_field_selector,
-    parse_label_selector,
-)
 from sim.emulator.state import STATE, ApiState
 from sim.emulator.watch import serve_watch
 from stagger.objects import Obj
 
 logger = logging.getLogger(__name__)
-
-
-# -------------------------------------------------------------------------------------------- requests
-
-
-def user_of(request: web.Request) -> UserInfo:
-    """The emulator has no authentication: the bearer token (or Impersonate-User) names the user."""
-    impersonated = request.headers.get("Impersonate-User")
-    if impersonated:
-        return {"username": impersonated, "groups": ["system:authenticated"]}
-    auth = request.headers.get("Authorization", "")
-    if auth.lower().startswith("bearer ") and auth[7:].strip():
-        return {"username": auth[7:].strip(), "groups": ["system:authenticated"]}
-    return {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
-
-
-def verb_of(method: str, target: ResourcePath, query: Any) -> str:
-    if method == "GET":
-        if target.name is not None:
-            return "get"
-        return "watch" if target.legacy_watch or query.get("watch") in ("true", "1") else "list"
-    return {
-        "POST": "create",
-        "PUT": "update",
-        "PATCH": "patch",
-        "DELETE": "delete" if target.name is not None else "deletecollection",
-    }.get(method, method.lower())
-
-
-def int_param(query: Any, name: str) -> int | None:
-    raw = query.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        return int(raw)
-    except ValueError as err:
-        raise errors.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from err
-
-
-def selectors(rtype: ResourceType, query: Any) -> tuple[LabelSelector, FieldSelector]:
-    try:
-        labels = parse_label_selector(query.get("labelSelector", ""))
-        fields = parse_field_selector(query.get("fieldSelector", ""), supported=rtype.field_labels)
-    except SelectorError as err:
-        raise errors.bad_request(str(err)) from err
-    return labels, fields
-
-
-async def read_body(request: web.Request) -> Any:
-    """The request's JSON or YAML body (no Content-Type: JSON, as the real server assumes)."""
-    raw = await request.read()
-    header = request.headers.get("Content-Type")
-    content_type = (request.content_type if header else "application/json").lower()
-    if content_type not in ("application/json", "application/yaml"):
-        raise errors.unsupported_media_type()
-    if not raw:
-        return None
-    if content_type == "application/yaml":
-        try:
-            return yaml.safe_load(raw)
-        except yaml.YAMLError as err:
-            raise errors.bad_request(f"error converting YAML to JSON: {err}") from err
-    try:
-        return json.loads(raw)
-    except ValueError as err:
-        raise errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from err
 
 
 # --------------------------------------------------------------------------------------------- handlers
@@ -209,33 +146,6 @@ async def watch_handler(request: web.Request, state: ApiState, target: ResourceP
     )
 
 
-def _dry_run(request: web.Request) -> bool:
-    values = request.query.getall("dryRun", [])
-    unknown = [v for v in values if v != "All"]
-    if unknown:
-        raise errors.bad_request(f'dryRun: Unsupported value: "{unknown[0]}": supported values: "All"')
-    return bool(values)
-
-
-def _field_validation(request: web.Request) -> FieldValidation:
-    value = request.query.get("fieldValidation", "") or "Warn"
-    if value not in ("Strict", "Warn", "Ignore"):
-        raise errors.bad_request(
-            f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", "Strict", "Warn"'
-        )
-    return value  # type: ignore[return-value]
-
-
-def _options(kind: str, request: web.Request, extra: Obj | None = None) -> Obj:
-    options: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
-    if request.query.get("fieldManager"):
-        options["fieldManager"] = request.query["fieldManager"]
-    if request.query.getall("dryRun", []):
-        options["dryRun"] = request.query.getall("dryRun")
-    options.update(extra or {})
-    return options
-
-
 def _gvk(rtype: ResourceType) -> GroupVersionKind:
     return {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
 
@@ -300,14 +210,14 @@ async def _create(
 ) -> web.StreamResponse:
     """POST, or a PUT to a missing object of a kind whose strategy allows create on update (name set)."""
     rtype = target.rtype
-    dry_run = _dry_run(request)
+    dry_run = dry_run_of(request)
     decoded = state.registry.decode(
         rtype,
         body,
         namespace=target.namespace,
         name=target.name,
         create=True,
-        field_validation=_field_validation(request),
+        field_validation=field_validation_of(request),
     )
     metadata = decoded.obj["metadata"]
     if target.name is not None:
@@ -321,7 +231,7 @@ async def _create(
         name=metadata.get("name", ""),
         obj=decoded.obj,
         old=None,
-        options=_options("CreateOptions", request),
+        options=options_of("CreateOptions", request),
         dry_run=dry_run,
     )
     assert obj is not None
@@ -347,7 +257,7 @@ async def _update(
     rtype, name = target.rtype, target.name
     assert name is not None
     namespace = _namespace_of(target)
-    dry_run = _dry_run(request)
+    dry_run = dry_run_of(request)
     for _ in range(max(1, state.settings.update_retries)):
         current = state.registry.get(rtype, namespace, name)
         decoded = state.registry.decode(
@@ -356,7 +266,7 @@ async def _update(
             namespace=namespace if rtype.namespaced else None,
             name=name,
             create=False,
-            field_validation=_field_validation(request),
+            field_validation=field_validation_of(request),
         )
         obj, admit_warnings = await _admit(
             request,
@@ -368,7 +278,7 @@ async def _update(
             name=name,
             obj=decoded.obj,
             old=current,
-            options=_options("UpdateOptions", request),
+            options=options_of("UpdateOptions", request),
             dry_run=dry_run,
         )
         assert obj is not None
@@ -430,34 +340,18 @@ async def patch_handler(request: web.Request, state: ApiState, target: ResourceP
     return await _update(request, state, target, compute)
 
 
-def _delete_options(request: web.Request, body: Any) -> Obj:
-    options: Obj = dict(body) if isinstance(body, dict) else {}
-    grace = int_param(request.query, "gracePeriodSeconds")
-    if grace is not None:
-        options["gracePeriodSeconds"] = grace
-    for name in ("propagationPolicy", "orphanDependents"):
-        if request.query.get(name):
-            options[name] = request.query[name]
-    policy = options.get("propagationPolicy")
-    if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
-        raise errors.bad_request(
-            f'propagationPolicy: Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"'
-        )
-    return options
-
-
 async def delete_handler(request: web.Request, state: ApiState, target: ResourcePath) -> web.StreamResponse:
     if target.subresource:
         raise errors.method_not_allowed()
     assert target.name is not None
-    options = _delete_options(request, await read_body(request))
+    options = delete_options_of(request, await read_body(request))
     return await _delete_one(request, state, target.rtype, _namespace_of(target), target.name, options)
 
 
 async def _delete_one(
     request: web.Request, state: ApiState, rtype: ResourceType, namespace: str, name: str, options: Obj
 ) -> web.Response:
-    dry_run = _dry_run(request)
+    dry_run = dry_run_of(request)
     current = state.registry.get(rtype, namespace, name)
     _, warnings = await _admit(
         request,
@@ -482,7 +376,7 @@ async def deletecollection_handler(
         raise errors.method_not_allowed()
     rtype = target.rtype
     labels, fields = selectors(rtype, request.query)
-    options = _delete_options(request, await read_body(request))
+    options = delete_options_of(request, await read_body(request))
     listed = state.registry.list_objects(
         rtype, namespace=target.namespace if rtype.namespaced else None, labels=labels, fields=fields
     )
@@ -520,7 +414,7 @@ async def _pod_action(
         raise errors.bad_request(f"the body must be a {api_version} {kind['kind']}")
     if check_exists:
         state.registry.get(target.rtype, namespace, target.name)  # 404 before admission, as the real handler
-    dry_run = _dry_run(request)
+    dry_run = dry_run_of(request)
     admitted, warnings = await _admit(
         request,
         state,
@@ -532,7 +426,7 @@ async def _pod_action(
         name=target.name,
         obj=body,
         old=None,
-        options=_options("CreateOptions", request),
+        options=options_of("CreateOptions", request),
         dry_run=dry_run,
     )
     status = action(
@@ -592,8 +486,8 @@ async def _review_token(request: web.Request, state: ApiState, target: ResourceP
         name="",
         obj=body,
         old=None,
-        options=_options("CreateOptions", request),
-        dry_run=_dry_run(request),
+        options=options_of("CreateOptions", request),
+        dry_run=dry_run_of(request),
     )
     review = tokens.review_token(
         state.registry, state.signer, admitted or body, now=state.settings.token_clock()

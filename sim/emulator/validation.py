@@ -181,85 +181,107 @@ def _workload_errors(obj: Obj) -> list[FieldError]:
 
 
 def _webhook_errors(obj: Obj) -> list[FieldError]:
+    """The errors of each webhook of a Mutating- or ValidatingWebhookConfiguration."""
     errors: list[FieldError] = []
     names: set[str] = set()
     for index, hook in enumerate(obj.get("webhooks") or []):
         where = f"webhooks[{index}]"
         name = hook.get("name") or ""
-        if not name:
-            errors.append(FieldError("FieldValueRequired", f"{where}.name"))
-        elif name.count(".") < 2 or dns_subdomain_problem(name):
-            errors.append(
-                FieldError(
-                    "FieldValueInvalid",
-                    f"{where}.name",
-                    "should be a domain with at least three segments separated by dots",
-                    name,
-                )
-            )
-        elif name in names:
-            errors.append(FieldError("FieldValueDuplicate", f"{where}.name", value=name))
+        errors.extend(_webhook_name_errors(name, where=where, seen=names))
         names.add(name)
-        side = hook.get("sideEffects")
-        if side is None:
-            errors.append(
-                FieldError(
-                    "FieldValueRequired", f"{where}.sideEffects", "must specify one of None, NoneOnDryRun"
-                )
+        errors.extend(_side_effects_errors(hook.get("sideEffects"), where=where))
+        errors.extend(_review_versions_errors(hook.get("admissionReviewVersions") or [], where=where))
+        errors.extend(_webhook_call_errors(hook, where=where))
+    return errors
+
+
+def _webhook_name_errors(name: str, *, where: str, seen: set[str]) -> list[FieldError]:
+    """A webhook's name: a domain of three segments or more, unique in its configuration."""
+    if not name:
+        return [FieldError("FieldValueRequired", f"{where}.name")]
+    if name.count(".") < 2 or dns_subdomain_problem(name):
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                f"{where}.name",
+                "should be a domain with at least three segments separated by dots",
+                name,
             )
-        elif side not in ("None", "NoneOnDryRun"):
-            errors.append(
-                FieldError(
-                    "FieldValueNotSupported",
-                    f"{where}.sideEffects",
-                    value=side,
-                    supported=("None", "NoneOnDryRun"),
-                )
+        ]
+    if name in seen:
+        return [FieldError("FieldValueDuplicate", f"{where}.name", value=name)]
+    return []
+
+
+def _side_effects_errors(side: Any, *, where: str) -> list[FieldError]:
+    """admissionregistration/v1 accepts only None and NoneOnDryRun (v1beta1's Some and Unknown are gone)."""
+    if side is None:
+        return [
+            FieldError("FieldValueRequired", f"{where}.sideEffects", "must specify one of None, NoneOnDryRun")
+        ]
+    if side not in ("None", "NoneOnDryRun"):
+        return [
+            FieldError(
+                "FieldValueNotSupported",
+                f"{where}.sideEffects",
+                value=side,
+                supported=("None", "NoneOnDryRun"),
             )
-        versions = hook.get("admissionReviewVersions") or []
-        if not versions:
-            errors.append(
-                FieldError(
-                    "FieldValueRequired",
-                    f"{where}.admissionReviewVersions",
-                    "must specify one of v1, v1beta1",
-                )
+        ]
+    return []
+
+
+def _review_versions_errors(versions: Any, *, where: str) -> list[FieldError]:
+    """The AdmissionReview versions the webhook accepts: one the API server speaks must be among them."""
+    if not versions:
+        return [
+            FieldError(
+                "FieldValueRequired",
+                f"{where}.admissionReviewVersions",
+                "must specify one of v1, v1beta1",
             )
-        elif not set(versions) & {"v1", "v1beta1"}:
-            errors.append(
-                FieldError(
-                    "FieldValueInvalid",
-                    f"{where}.admissionReviewVersions",
-                    "must include at least one of v1, v1beta1",
-                    versions,
-                )
+        ]
+    if not set(versions) & {"v1", "v1beta1"}:
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                f"{where}.admissionReviewVersions",
+                "must include at least one of v1, v1beta1",
+                versions,
             )
-        timeout = hook.get("timeoutSeconds")
-        if isinstance(timeout, int) and not 1 <= timeout <= 30:
-            errors.append(
-                FieldError(
-                    "FieldValueInvalid",
-                    f"{where}.timeoutSeconds",
-                    "the timeout value must be between 1 and 30 seconds",
-                    timeout,
-                )
+        ]
+    return []
+
+
+def _webhook_call_errors(hook: Obj, *, where: str) -> list[FieldError]:
+    """How the API server calls the webhook: its timeout, and exactly one of an https URL or a Service."""
+    errors: list[FieldError] = []
+    timeout = hook.get("timeoutSeconds")
+    if isinstance(timeout, int) and not 1 <= timeout <= 30:
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                f"{where}.timeoutSeconds",
+                "the timeout value must be between 1 and 30 seconds",
+                timeout,
             )
-        client = hook.get("clientConfig") or {}
-        if ("url" in client) == ("service" in client):
-            errors.append(
-                FieldError(
-                    "FieldValueRequired", f"{where}.clientConfig", "exactly one of url or service is required"
-                )
+        )
+    client = hook.get("clientConfig") or {}
+    if ("url" in client) == ("service" in client):
+        errors.append(
+            FieldError(
+                "FieldValueRequired", f"{where}.clientConfig", "exactly one of url or service is required"
             )
-        elif "url" in client and not str(client["url"]).startswith("https://"):
-            errors.append(
-                FieldError(
-                    "FieldValueInvalid",
-                    f"{where}.clientConfig.url",
-                    "'https' is the only allowed URL scheme",
-                    client["url"],
-                )
+        )
+    elif "url" in client and not str(client["url"]).startswith("https://"):
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                f"{where}.clientConfig.url",
+                "'https' is the only allowed URL scheme",
+                client["url"],
             )
+        )
     return errors
 
 

@@ -31,9 +31,27 @@ COREFILE = """\
 """
 
 
+DNS_LABELS = {"k8s-app": "kube-dns"}
+"""The label kubeadm's CoreDNS pods carry and the `kube-dns` Service selects."""
+
+
 def coredns_objects(plan: ClusterPlan, *, replicas: int = 1) -> list[tuple[str, dict[str, Any]]]:
     """(collection path, object) for each object, in the order they are created."""
-    labels = {"k8s-app": "kube-dns"}
+    return [
+        (
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            _object("v1", "ServiceAccount", "coredns", NAMESPACE),
+        ),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", _cluster_role()),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", _cluster_role_binding()),
+        ("/api/v1/namespaces/kube-system/configmaps", _config_map(plan)),
+        ("/apis/apps/v1/namespaces/kube-system/deployments", _deployment(replicas=replicas)),
+        ("/api/v1/namespaces/kube-system/services", _service(plan)),
+    ]
+
+
+def _cluster_role() -> dict[str, Any]:
+    """What the `kubernetes` plugin watches to answer for Services and pods."""
     rules = [
         {
             "apiGroups": [""],
@@ -42,7 +60,30 @@ def coredns_objects(plan: ClusterPlan, *, replicas: int = 1) -> list[tuple[str, 
         },
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     ]
-    container = {
+    return {**_object("rbac.authorization.k8s.io/v1", "ClusterRole", "system:coredns"), "rules": rules}
+
+
+def _cluster_role_binding() -> dict[str, Any]:
+    return {
+        **_object("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "system:coredns"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:coredns",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": NAMESPACE}],
+    }
+
+
+def _config_map(plan: ClusterPlan) -> dict[str, Any]:
+    return {
+        **_object("v1", "ConfigMap", "coredns", NAMESPACE),
+        "data": {"Corefile": COREFILE.replace("CLUSTER_DOMAIN", plan.cluster_domain)},
+    }
+
+
+def _container() -> dict[str, Any]:
+    return {
         "name": "coredns",
         "image": COREDNS_IMAGE,
         "imagePullPolicy": "Never",
@@ -61,71 +102,44 @@ def coredns_objects(plan: ClusterPlan, *, replicas: int = 1) -> list[tuple[str, 
         },
         "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
     }
-    deployment = {
+
+
+def _deployment(*, replicas: int) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "coredns", "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": "coredns", "namespace": NAMESPACE, "labels": DNS_LABELS},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": DNS_LABELS},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": DNS_LABELS},
                 "spec": {
                     "serviceAccountName": "coredns",
                     "priorityClassName": "system-cluster-critical",
                     "dnsPolicy": "Default",
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
                     "tolerations": [{"operator": "Exists"}],
-                    "containers": [container],
+                    "containers": [_container()],
                     "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
                 },
             },
         },
     }
-    return [
-        (
-            "/api/v1/namespaces/kube-system/serviceaccounts",
-            _object("v1", "ServiceAccount", "coredns", NAMESPACE),
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {**_object("rbac.authorization.k8s.io/v1", "ClusterRole", "system:coredns"), "rules": rules},
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            {
-                **_object("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "system:coredns"),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "system:coredns",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": NAMESPACE}],
-            },
-        ),
-        (
-            "/api/v1/namespaces/kube-system/configmaps",
-            {
-                **_object("v1", "ConfigMap", "coredns", NAMESPACE),
-                "data": {"Corefile": COREFILE.replace("CLUSTER_DOMAIN", plan.cluster_domain)},
-            },
-        ),
-        ("/apis/apps/v1/namespaces/kube-system/deployments", deployment),
-        (
-            "/api/v1/namespaces/kube-system/services",
-            {
-                **_object("v1", "Service", "kube-dns", NAMESPACE),
-                "spec": {
-                    "selector": labels,
-                    "clusterIP": plan.dns_service_ip,
-                    "ports": [
-                        {"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"},
-                        {"name": "dns-tcp", "port": 53, "targetPort": 5353, "protocol": "TCP"},
-                    ],
-                },
-            },
-        ),
-    ]
+
+
+def _service(plan: ClusterPlan) -> dict[str, Any]:
+    return {
+        **_object("v1", "Service", "kube-dns", NAMESPACE),
+        "spec": {
+            "selector": DNS_LABELS,
+            "clusterIP": plan.dns_service_ip,
+            "ports": [
+                {"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "targetPort": 5353, "protocol": "TCP"},
+            ],
+        },
+    }
 
 
 def _object(api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def test_herd_prints_json_and_draws_the_timeline(
     tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
+    before = set(psutil.Process().children(recursive=True))  # e.g. the session's control plane
     assert herd.main(["--scenario", str(tiny), "--json", "--out", str(out), "--time-scale", "8"]) == 0
     data = json.loads(capsys.readouterr().out)
     off, on = data["runs"]
@@ -47,7 +48,8 @@ def test_herd_prints_json_and_draws_the_timeline(
     assert off["maxStartingPerNode"] == 3 and on["maxStartingPerNode"] == 1
     assert on["all_ready_seconds"] is not None and on["restarts"] == 0 and on["api_requests"] > 0
     assert Path(data["timelinePng"]).read_bytes()[:4] == b"\x89PNG"
-    assert psutil.Process().children(recursive=True) == []  # lockd processes and init clients are gone
+    # lockd processes and init clients are gone
+    assert set(psutil.Process().children(recursive=True)) <= before
 
 
 def test_herd_rejects_a_bad_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

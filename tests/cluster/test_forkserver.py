@@ -7,7 +7,8 @@ import asyncio
 from pathlib import Path
 
 from sim.cluster.launchers.forkserver import ForkServer
-from sim.cluster.launchers.initproc import process_env, stop_process
+from sim.cluster.launchers.initproc import process_env
+from sim.cluster.launchers.stopping import stop_process
 
 
 async def test_forked_init_clients_exit_and_stop_as_exec_ones(tmp_path: Path) -> None:

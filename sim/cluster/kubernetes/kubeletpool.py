@@ -33,7 +33,8 @@ import aiohttp
 
 from sim.cluster.backend import ApiBackend
 from sim.cluster.clock import SimClock
-from sim.cluster.kubernetes.kubelet import Kubelet, KubeletSettings, NodeStats
+from sim.cluster.kubernetes.kubelet import Kubelet
+from sim.cluster.kubernetes.kubeletstate import KubeletSettings, NodeStats
 from sim.cluster.launchers.forkserver import ForkServer
 from sim.cluster.launchers.initproc import LaunchGate
 from sim.running import report_crash

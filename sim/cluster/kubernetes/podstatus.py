@@ -103,6 +103,48 @@ def killed(view: ContainerView, *, now: float, exit_code: int = 143) -> Containe
     )
 
 
+def blank(view: ContainerView) -> ContainerView:
+    """The container of ``view`` (name, image, restart count, last termination) in a blank state, for
+    ``dataclasses.replace`` to give it its next one."""
+    return ContainerView(name=view.name, image=view.image, restarts=view.restarts, last=view.last)
+
+
+def started(view: ContainerView, *, now: float) -> ContainerView:
+    """The container of ``view`` running from ``now`` on."""
+    return replace(blank(view), state="running", reason="", started_at=now)
+
+
+def exited(
+    view: ContainerView,
+    *,
+    reason: str,
+    exit_code: int,
+    started_at: float,
+    finished_at: float,
+    message: str = "",
+    ready: bool = False,
+) -> ContainerView:
+    """The container of ``view`` terminated: its run from ``started_at`` ended with ``exit_code``."""
+    return replace(
+        blank(view),
+        state="terminated",
+        reason=reason,
+        exit_code=exit_code,
+        message=message,
+        started_at=started_at,
+        finished_at=finished_at,
+        ready=ready,
+    )
+
+
+def stopped(view: ContainerView, *, now: float, stub: bool, init: bool = False) -> ContainerView:
+    """A container stopped because its pod is being deleted: SIGTERM kills an ordinary one (143); a running
+    stub (``webhook.idle``) handles it and exits 0 (an init container that exited 0 is reported ready)."""
+    if stub and view.state == "running":
+        return replace(view, state="terminated", reason="Completed", exit_code=0, finished_at=now, ready=init)
+    return killed(view, now=now)
+
+
 def _stamp(base: dt.datetime, t: float | None) -> str | None:
     return None if t is None else format_rfc3339((base + dt.timedelta(seconds=t)).timestamp(), digits=0)
 

@@ -11,7 +11,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from sim.cluster.launchers.containerenv import (
 )
 from sim.cluster.launchers.forkserver import ForkServer
 from sim.cluster.launchers.projected import ProjectionError, mapped_env, project_tokens
+from sim.cluster.launchers.stopping import stop_process
 from sim.cluster.objects import name_of, namespace_of
 from stagger.informer import cache_key
 from stagger.kube import CONFIGMAPS, ApiError, RestClient
@@ -244,17 +244,3 @@ def process_env(env: Mapping[str, str], *, hostname: str) -> dict[str, str]:
     result["HOSTNAME"] = hostname
     result.update(env)
     return result
-
-
-async def stop_process(proc: Process, *, grace: float) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout=grace)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+
+from sim.cluster.launchers.stopping import stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +111,13 @@ class LockdProcess:
     async def stop(self, *, grace: float) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds."""
         proc = self._proc
-        if proc is None or proc.returncode is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=grace)
-        except TimeoutError:
+
+        def on_kill() -> None:
             logger.warning("lockd for %s did not stop in %gs; killing it", self.spec.node_name, grace)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+
+        await stop_process(proc, grace=grace, on_kill=on_kill)
 
     async def kill(self) -> None:
         """SIGKILL, as a crashing node agent or an OOM kill would: no graceful shutdown at all."""

@@ -19,19 +19,10 @@ from sim.cluster.kubernetes.workloads.actions import (
     status_patch,
 )
 from sim.cluster.objects import is_terminating, meta, namespace_of, node_name_of
+from stagger.daemonsets import DAEMON_TOLERATIONS
 from stagger.kube import DAEMONSETS, PODS
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready, pod_phase
-
-# The tolerations the DaemonSet controller adds to its pods (pkg/controller/daemon/util).
-DAEMON_TOLERATIONS: list[Obj] = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-]
 
 
 def daemon_pod_target(pod: Mapping[str, Any]) -> str:
@@ -54,6 +45,8 @@ def daemon_pod_target(pod: Mapping[str, Any]) -> str:
 def _daemon_template_pod(ds: Mapping[str, Any]) -> Obj:
     spec = copy.deepcopy(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
     tolerations = list(spec.get("tolerations") or [])
+    # The tolerations the DaemonSet controller adds: the list the product reads too. The one for host
+    # network pods (stagger.daemonsets.HOST_NETWORK_TOLERATION) is left out: this controller does not model it.
     for tol in DAEMON_TOLERATIONS:
         if tol not in tolerations:
             tolerations.append(tol)
