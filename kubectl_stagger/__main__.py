@@ -9,12 +9,13 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, cast
 
 from kubectl_stagger import checkpolicy, explain, pods, report, tables
-from kubectl_stagger.cluster import kubeconfig_path, open_cluster
+from kubectl_stagger.cluster import Cluster, kubeconfig_path, open_cluster
 from kubectl_stagger.convert import (
     PEERS,
     Input,
@@ -237,11 +238,18 @@ def convert(settings: Settings, *, out: TextIO, err: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
+def _cluster(settings: Settings) -> AbstractAsyncContextManager[Cluster]:
+    """The API server as the command's flags name it: --kubeconfig (else $KUBECONFIG, else
+    ~/.kube/config), --context and --request-timeout."""
+    return open_cluster(
+        kubeconfig=kubeconfig_path(explicit=settings.kubeconfig),
+        context=settings.context,
+        request_timeout=settings.timeout,
+    )
+
+
 async def _status_report(settings: Settings) -> dict[str, object]:
-    path = kubeconfig_path(explicit=settings.kubeconfig)
-    async with open_cluster(
-        kubeconfig=path, context=settings.context, request_timeout=settings.timeout
-    ) as cluster:
+    async with _cluster(settings) as cluster:
         found = {
             component: await cluster.list_pods(
                 namespace=settings.namespace,
@@ -297,10 +305,7 @@ def render_status(document: dict[str, object]) -> str:
 
 
 async def _why_explanation(settings: Settings) -> dict[str, object]:
-    path = kubeconfig_path(explicit=settings.kubeconfig)
-    async with open_cluster(
-        kubeconfig=path, context=settings.context, request_timeout=settings.timeout
-    ) as cluster:
+    async with _cluster(settings) as cluster:
         pod = await cluster.get_pod(namespace=settings.pod_namespace, name=settings.pod)
         if pod is None:
             raise Problem(

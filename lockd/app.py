@@ -10,10 +10,9 @@ slots end when their pod is Ready, finishes or is deleted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -297,19 +296,6 @@ async def _http_session(app: web.Application) -> AsyncIterator[None]:
         app[HTTP].session = None
 
 
-def _background(
-    name: str, run: Callable[[web.Application], Coroutine[Any, Any, None]]
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def context(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(run(app), name=name)
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    return context
-
-
 async def _close_service(app: web.Application) -> None:
     app[SERVICE].close()
 
@@ -352,11 +338,11 @@ def make_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
     app.cleanup_ctx.append(_http_session)  # first: cluster mode's context comes next (lockd.clustermode)
-    app.cleanup_ctx.append(_background("load-sampler", _sample_load))
-    app.cleanup_ctx.append(_background("slot-expiry", _expire_slots))
+    app.cleanup_ctx.append(serving.background("load-sampler", _sample_load))
+    app.cleanup_ctx.append(serving.background("slot-expiry", _expire_slots))
     if settings.policy.policies is not None:
-        app.cleanup_ctx.append(_background("policy-reload", _watch_policy))
-    app.cleanup_ctx.append(_background("dependency-checks", _check_dependencies))
+        app.cleanup_ctx.append(serving.background("policy-reload", _watch_policy))
+    app.cleanup_ctx.append(serving.background("dependency-checks", _check_dependencies))
     app.on_shutdown.append(_close_service)
     return app
 

@@ -420,21 +420,19 @@ class Ledger:
 
     def due_releases(self, now: float) -> list[Slot]:
         """Ends the slots of pods that became Ready (or went away) once their minimum hold is over."""
-        due = [
-            s
-            for s in self.slots.values()
-            if s.release_at is not None and s.release_at <= now and not s.pending
-        ]
-        for slot in due:
-            del self.slots[(slot.namespace, slot.name)]
-        return due
+        return self._end(lambda s: s.release_at is not None and s.release_at <= now)
 
     def expire(self, now: float) -> list[Slot]:
         """Ends every slot whose hold timeout has passed; returns exactly those."""
-        expired = [slot for slot in self.slots.values() if slot.expires_at <= now and not slot.pending]
-        for slot in expired:
+        return self._end(lambda s: s.expires_at <= now)
+
+    def _end(self, over: Callable[[Slot], bool]) -> list[Slot]:
+        """Ends the slots that are `over` and returns them; a pending slot (its grant not yet written) is
+        never ended here."""
+        ended = [slot for slot in self.slots.values() if over(slot) and not slot.pending]
+        for slot in ended:
             del self.slots[(slot.namespace, slot.name)]
-        return expired
+        return ended
 
     def prune_waiters(self, now: float) -> list[Waiter]:
         """Drops waiters that have not asked for `waiter_idle_timeout` and are not long-polling.

@@ -25,7 +25,7 @@ import re
 import signal
 import ssl
 from asyncio import sslproto
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -343,3 +343,19 @@ def json_errors(*, max_body: int, read_first: bool) -> Middleware:
             return json_response(body, status=exc.status, headers=headers)
 
     return middleware
+
+
+def background(
+    name: str, run: Callable[[web.Application], Coroutine[Any, Any, None]]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A `cleanup_ctx` entry (aiohttp's documented way to run a background task): `run(app)` runs as the
+    task `name` while the app does, and is cancelled, and awaited, when the app shuts down."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(run(app), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context

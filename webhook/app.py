@@ -20,12 +20,11 @@ ready) and `STATUS_SECTIONS` (their part of `/status`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -395,21 +394,14 @@ def check_files(app: web.Application) -> None:
         token.reload_if_changed()
 
 
-async def _watch_files(app: web.Application) -> AsyncIterator[None]:
-    async def run() -> None:
-        interval = app[SETTINGS].policy.reload_interval
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                check_files(app)
-            except Exception:  # a bug here must not stop the reloads for good
-                logger.exception("checking the policy, certificate and token files failed")
-
-    task = asyncio.create_task(run(), name="file-reload")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+async def _watch_files(app: web.Application) -> None:
+    interval = app[SETTINGS].policy.reload_interval
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            check_files(app)
+        except Exception:  # a bug here must not stop the reloads for good
+            logger.exception("checking the policy, certificate and token files failed")
 
 
 async def _mark_closing(app: web.Application) -> None:
@@ -477,7 +469,7 @@ def make_app(settings: Settings) -> web.Application:
     app.router.add_post("/mutate/pods", mutate_pods)
     app.router.add_post("/mutate/jobs", mutate_jobs)
     app.router.add_get("/status", show_status)
-    app.cleanup_ctx.append(_watch_files)
+    app.cleanup_ctx.append(serving.background("file-reload", _watch_files))
     app.on_shutdown.append(_mark_closing)
     logger.info(
         "controller: policy file %s (%d staggering policies), init client image %s, lockd port %d",

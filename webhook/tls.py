@@ -8,27 +8,25 @@ context. A new pair is loaded and tried (a whole handshake in memory) before it 
 connections see a new certificate without a restart, a half-written or mismatched pair never replaces a
 working one, and connections already open keep theirs.
 
-Secrets mounted from Kubernetes change by a symlink swap: files are compared by what `os.stat` sees
-through the link (mtime, size, inode), every reload interval.
+Secrets mounted from Kubernetes change by a symlink swap: the files are compared by their stamps
+(`webhook.filestamp`), every reload interval.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from webhook import filestamp
+
 __all__ = ["CertificateError", "ServingCertificate", "handshake", "new_context"]
 
 logger = logging.getLogger(__name__)
-
-FileStamp = tuple[int, int, int, int] | None
-"""What a file looked like (mtime_ns, size, inode, device); None when it could not be read."""
 
 
 class CertificateError(ValueError):
@@ -76,14 +74,6 @@ def _handshake_step(side: ssl.SSLObject) -> bool:
     return True
 
 
-def _stamp(path: Path) -> FileStamp:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_mtime_ns, info.st_size, info.st_ino, info.st_dev)
-
-
 def _check_file(path: Path, *, what: str, marker: bytes) -> None:
     """A clear reason for the common mistakes, before OpenSSL's terse ones."""
     try:
@@ -128,12 +118,12 @@ class ServingCertificate:
     reloads: int = 0
     problem: str | None = None  # the last `self_test`'s finding (None: the listener's context works)
     _current: ssl.SSLContext = field(init=False, repr=False)
-    _tried: tuple[FileStamp, FileStamp] = (None, None)
+    _tried: tuple[filestamp.FileStamp, filestamp.FileStamp] = (None, None)
 
     @classmethod
     def load(cls, cert: Path, key: Path) -> ServingCertificate:
         serving = cls(cert=cert, key=key)
-        stamps = (_stamp(cert), _stamp(key))
+        stamps = (filestamp.stamp(cert), filestamp.stamp(key))
         serving._current, serving.sha256 = _load_pair(cert, key)
         serving._tried, serving.loaded_at = stamps, time.time()
         # The front context: the listener keeps it; it hands every handshake to the pair in force.
@@ -161,7 +151,7 @@ class ServingCertificate:
         """Load the pair again if either file changed since last tried (`reloaded`: the new pair is now in
         force). A pair that does not load or cannot complete a handshake is reported (log, `last_error`)
         and the one in force stays; it is tried again when either file changes again."""
-        stamps = (_stamp(self.cert), _stamp(self.key))
+        stamps = (filestamp.stamp(self.cert), filestamp.stamp(self.key))
         if stamps == self._tried:
             return "unchanged"
         self._tried = stamps

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from webhook import filestamp
 
 __all__ = ["TokenError", "TokenFile"]
 
@@ -37,29 +38,21 @@ def _read(path: Path) -> bytes:
     return token
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_mtime_ns, info.st_size, info.st_ino)
-
-
 @dataclass
 class TokenFile:
     path: Path
     token: bytes
     last_error: str = ""
-    stamp: tuple[int, int, int] | None = None  # of the file when last read
+    stamp: filestamp.FileStamp = None  # of the file when last read
 
     @classmethod
     def load(cls, path: Path) -> TokenFile:
         """Raises TokenError."""
-        stamp = _stamp(path)
+        stamp = filestamp.stamp(path)
         return cls(path=path, token=_read(path), stamp=stamp)
 
     def reload_if_changed(self) -> bool:
-        stamp = _stamp(self.path)
+        stamp = filestamp.stamp(self.path)
         if stamp == self.stamp:
             return False
         self.stamp = stamp

@@ -15,6 +15,7 @@ from stagger.groupbook.records import (
     MIN_RETRY_SECONDS,
     UNKNOWN_RETRY_SECONDS,
     AdmitDecision,
+    Counts,
     Decision,
     PodKey,
     PodRecord,
@@ -86,11 +87,11 @@ def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: Po
         )
     parts: list[str] = []
     for pair in record.pacer_groups:
-        policy = policies.get(pair[0])
-        if policy is None:
-            parts.append(f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit")
+        paced = _paced(book, pair, policies=policies, now=now)
+        if paced is None:
+            parts.append(_no_limit(pair))
             continue
-        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        policy, counts = paced
         room = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
         rank = book.rank(key, pair)
         if room is not None and rank >= room:
@@ -104,12 +105,29 @@ def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: Po
                 retry_after=max(MIN_RETRY_SECONDS, min(DENIED_RETRY_SECONDS, until_release)),
                 basis="denied",
             )
-        # Described as it will be with this pod started.
-        starting = counts.starting + 1
-        parts.append(
-            f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
-        )
+        parts.append(_with_one_more(pair, policy, counts))
     return Decision(granted=True, reason="; ".join(parts), retry_after=0.0, basis="paced")
+
+
+def _paced(
+    book: GroupBook, pair: Pair, *, policies: Mapping[str, StaggeringPolicy], now: float
+) -> tuple[StaggeringPolicy, Counts] | None:
+    """The pair's policy and its counts now; None when the policy is no longer in the policy file (a
+    reload removed it): the pair then sets no limit."""
+    policy = policies.get(pair[0])
+    if policy is None:
+        return None
+    return policy, book._counts(pair, now=now, start_timeout=policy.start_timeout)
+
+
+def _no_limit(pair: Pair) -> str:
+    return f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit"
+
+
+def _with_one_more(pair: Pair, policy: StaggeringPolicy, counts: Counts) -> str:
+    """The pair as it will be with this pod started: a grant's reason."""
+    starting = counts.starting + 1
+    return f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
 
 
 def admit(
@@ -141,11 +159,11 @@ def admit(
         )
     parts: list[str] = []
     for pair in pacer_groups:
-        policy = policies.get(pair[0])
-        if policy is None:
-            parts.append(f"{pair_label(pair)}: policy {pair[0]} is not in the policy file, no limit")
+        paced = _paced(book, pair, policies=policies, now=now)
+        if paced is None:
+            parts.append(_no_limit(pair))
             continue
-        counts = book._counts(pair, now=now, start_timeout=policy.start_timeout)
+        policy, counts = paced
         if counts.held:
             held = f"{counts.held} {'pod' if counts.held == 1 else 'pods'}"
             return AdmitDecision(
@@ -155,10 +173,7 @@ def admit(
         if room is not None and room < 1:
             text = pacers.describe(policy.pacer, ready=counts.ready, starting=counts.starting)
             return AdmitDecision(admit=False, reason=f"{pair_label(pair)}: {text}", basis="denied")
-        starting = counts.starting + 1
-        parts.append(
-            f"{pair_label(pair)}: {pacers.describe(policy.pacer, ready=counts.ready, starting=starting)}"
-        )
+        parts.append(_with_one_more(pair, policy, counts))
     reason = "; ".join(parts)
     if dry_run:
         return AdmitDecision(admit=True, reason=reason, basis="paced")
