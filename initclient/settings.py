@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from stagger.durations import DurationError, format_duration, parse_duration
-from stagger.options import Command, Option, Parse, SettingsError, read_each
+from stagger.options import Command, Option, Parse, SettingsError
 
 __all__ = [
     "DEFAULT_TERMINATION_LOG",
@@ -223,7 +223,7 @@ _COMMAND = Command(
 def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Settings from flags, falling back to env vars; raises ConfigError naming every problem."""
     try:
-        values, problems = read_each(_COMMAND.parser(), _OPTIONS, argv, env)
+        values, problems = _COMMAND.read_each(argv, env)
     except SettingsError as err:  # the command line itself (an unknown flag, a flag without its value)
         raise ConfigError(str(err)) from err
     missing = [

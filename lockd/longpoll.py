@@ -1,7 +1,8 @@
 """lockd's front door: every connection to lockd's port starts here. The lock ask, `GET /v1/lock` (the init
 client's long poll: the request that waits, and the one asked most), and pod-startup-lock's `GET /` are read
-and answered here with `lockd.asking`; any other request is handed, with the bytes read so far, to aiohttp's own protocol, which
-serves the app's routes (`/status`, `/metrics`, `DELETE /v1/lock`, ...) as before.
+and answered here with `lockd.asking`; any other request is handed, with the bytes read so far, to
+aiohttp's own protocol, which serves the app's routes (`/status`, `/metrics`, `DELETE /v1/lock`, ...) as
+before.
 
 Why: a long poll holds its connection for up to a minute, and a busy node holds hundreds or thousands of
 them. Through aiohttp each waiting poll kept about 13 KiB (its parser and message, a request object, a
@@ -10,8 +11,9 @@ frames are the wait itself (tests/bench/waiter_memory_bench.py measures both).
 
 What is read here is deliberately narrow, and everything else goes to aiohttp unchanged, which answers it as
 it answers any request (malformed HTTP with a JSON 400, `serving.json_errors`): a complete head of at most
-`MAX_HEAD` bytes, `GET` of `/v1/lock`, `/` or either with `?...` over HTTP/1.1, well-formed header lines with one
-`Host`, and none of a body (`Content-Length` other than 0, `Transfer-Encoding`), `Expect` or `Upgrade`.
+`MAX_HEAD` bytes, `GET` of `/v1/lock`, `/` or either with `?...` over HTTP/1.1, well-formed header lines
+with one `Host`, and none of a body (`Content-Length` other than 0, `Transfer-Encoding`), `Expect` or
+`Upgrade`.
 
 The front door also owns what concerns every connection, served here or handed over: at most
 `ConnectionLimit.most` open (the oldest idle one closed for a new one, the new one refused when all are

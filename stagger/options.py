@@ -238,6 +238,10 @@ class Command:
         """`read_options` of this command's options: the value of each one given, by `dest`."""
         return read_options(self.parser(), self.options, argv, environ)
 
+    def read_each(self, argv: Sequence[str], environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+        """`read_each` of this command's options: the values, and each bad value as one problem."""
+        return read_each(self.parser(), self.options, argv, environ)
+
 
 ENV_PREFIX = "STAGGER_"
 

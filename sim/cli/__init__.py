@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from sim.cli.options import command_parser
+
 COMMANDS: dict[str, str] = {
     "apiserver": "the Kubernetes API server emulator alone, until interrupted",
     "controlplane": "a real control plane (etcd, kube-apiserver, -controller-manager, -scheduler) on loopback",
@@ -47,12 +49,7 @@ commands:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help=", ".join(COMMANDS))
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's options (see COMMAND --help)")
     return parser

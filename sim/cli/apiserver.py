@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from types import MappingProxyType
 
+from sim.cli.options import command_parser
 from sim.emulator.server import ApiServer, ApiServerSettings
 from stagger.addresses import parse_host_port
 
@@ -34,12 +35,7 @@ def _service(value: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim apiserver",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim apiserver", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)")
     parser.add_argument("--kubeconfig", help="write a kubeconfig for the server here")
     parser.add_argument(

@@ -26,6 +26,7 @@ from sim.chaos.report import write_report
 from sim.chaos.result import ChaosResult, failed_run
 from sim.chaos.run import ChaosSettings, run_chaos
 from sim.cli.apis import open_api
+from sim.cli.options import command_parser
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,7 @@ def _seconds(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m sim chaos",
-        description=__doc__,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(prog="python -m sim chaos", description=__doc__, epilog=EPILOG)
     parser.add_argument(
         "--seed", type=int, default=1, help="the run's seed (default 1): the herd, faults, kills"
     )

@@ -77,6 +77,11 @@ class EvictionReconciler(Releaser):
         # How each eviction ended, for /status: one count per result, the keys read from the type.
         self.stats: dict[EvictionResult, int] = dict.fromkeys(get_args(EvictionResult), 0)
 
+    def _count(self, result: EvictionResult) -> None:
+        """One eviction's end, in /status's counts and in the metric (`result`)."""
+        self.stats[result] += 1
+        self._result(result)
+
     def backing_off(self) -> int:
         """Held pods waiting out a refused eviction (or one that got no answer, before it is sent again)."""
         now = self._monotonic()
@@ -115,8 +120,7 @@ class EvictionReconciler(Releaser):
     def _refused(self, key: PodKey, result: EvictionResult, *, retry_after: float | None) -> None:
         # The place is free again at once; no change is signalled, so a pod that keeps being refused is
         # tried again after its back-off, at the next change or recheck, not in a tight loop.
-        self.stats[result] += 1
-        self._result(result)
+        self._count(result)
         self._pacing.unreserve(key)  # nothing to take back if the watch saw the pod go already
         if result == "gone":
             self._backoffs.pop(key, None)
@@ -138,8 +142,7 @@ class EvictionReconciler(Releaser):
                 # Whether the unanswered eviction was done is still not known: the pod keeps its place
                 # (reserved, in flight) and is evicted again after the back-off.
                 result: EvictionResult = "throttled" if err.status == 429 else "error"
-                self.stats[result] += 1
-                self._result(result)
+                self._count(result)
                 self._back_off(key, retry_after=_retry_after(err) if err.status == 429 else None)
                 logger.info("eviction of %s/%s, unanswered before, refused for now: %s", *key, err)
                 return
@@ -161,8 +164,7 @@ class EvictionReconciler(Releaser):
             # for another pod and hold the replacement again (a second eviction for one release: found by
             # `python -m sim chaos`). The same eviction is sent again after the back-off (`_due`): it
             # evicts the pod if nothing happened, and a 404 or 409 then means this one was done after all.
-            self.stats["error"] += 1
-            self._result("error")
+            self._count("error")
             if record.uid:
                 self._unanswered[record.uid] = key
                 self._back_off(key, retry_after=None)
@@ -180,8 +182,7 @@ class EvictionReconciler(Releaser):
         key = record.key
         self._backoffs.pop(key, None)
         claim = self._pacing.evicted(record)
-        self.stats["evicted"] += 1
-        self._result("evicted")
+        self._count("evicted")
         self._released(record, reason, claim)
         logger.info(
             "released %s/%s (evicted; its owner's replacement goes against reservation %s): %s",
