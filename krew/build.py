@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -41,6 +42,8 @@ PEX_VERSION = "2.105.2"
 # The oldest Python the plugin supports (pyproject's requires-python); pip resolves pure wheels for it.
 PYTHON_FLOOR = "3.11"
 ARCHIVE = "kubectl-stagger.tar.gz"
+# How many times the wheels are fetched before a broken one (not a whole zip file) stops the build.
+FETCHES = 3
 
 
 def render_manifest(template: str, *, tag: str, uri: str, sha256: str) -> str:
@@ -92,12 +95,15 @@ def _source_copy(into: Path) -> Path:
     return into
 
 
-def _wheels(into: Path) -> None:
-    """Every wheel the plugin needs, pure Python only."""
-    _pip("wheel", "--no-deps", "-w", str(into), str(_source_copy(into.parent / "source")))
+def _fetch(into: Path, *, source: Path, cache: bool) -> None:
+    """Build stagger's wheel (from ``source``) and PyYAML's and download the rest into ``into``; ``cache=False``
+    asks pip not to reuse what it cached."""
+    caching = () if cache else ("--no-cache-dir",)
+    _pip("wheel", *caching, "--no-deps", "-w", str(into), str(source))
     pyyaml = metadata.version("PyYAML")
     _pip(
         "wheel",
+        *caching,
         "--no-deps",
         "--no-binary=pyyaml",
         "-w",
@@ -107,6 +113,7 @@ def _wheels(into: Path) -> None:
     )
     _pip(
         "download",
+        *caching,
         "-d",
         str(into),
         "--find-links",
@@ -118,6 +125,39 @@ def _wheels(into: Path) -> None:
         f"--python-version={PYTHON_FLOOR}",
         "stagger[kubeconfig]",
     )
+
+
+def broken_wheels(wheels: Path) -> list[Path]:
+    """The wheels in ``wheels`` that are not whole zip files. pip saves a wheel it downloads after reading its
+    metadata from the index (PEP 658) without opening it, so a download cut short was kept as it came and pex's
+    pip later stopped on it with a bare BadZipFile that named no file (CI, once)."""
+    broken = []
+    for wheel in sorted(wheels.glob("*.whl")):
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                whole = archive.testzip() is None
+        except (zipfile.BadZipFile, OSError):
+            whole = False
+        if not whole:
+            broken.append(wheel)
+    return broken
+
+
+def _wheels(into: Path) -> None:
+    """Every wheel the plugin needs, pure Python only, each a whole zip file: one found broken is removed and
+    fetched again, past pip's cache, up to FETCHES times in all."""
+    source = _source_copy(into.parent / "source")
+    for fetch in range(1, FETCHES + 1):
+        _fetch(into, source=source, cache=fetch == 1)
+        broken = broken_wheels(into)
+        if not broken:
+            break
+        names = ", ".join(wheel.name for wheel in broken)
+        if fetch == FETCHES:
+            raise SystemExit(f"build.py: not whole zip files after {FETCHES} fetches: {names}")
+        print(f"build.py: not whole zip files, removed and fetched again: {names}", file=sys.stderr)
+        for wheel in broken:
+            wheel.unlink()
     binary = [wheel.name for wheel in into.glob("*.whl") if not wheel.name.endswith("-none-any.whl")]
     if binary:
         raise SystemExit(f"build.py: not pure-Python wheels, the archive would serve one platform: {binary}")
