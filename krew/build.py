@@ -33,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from importlib import metadata
 from pathlib import Path
 
@@ -136,7 +137,8 @@ def broken_wheels(wheels: Path) -> list[Path]:
         try:
             with zipfile.ZipFile(wheel) as archive:
                 whole = archive.testzip() is None
-        except (zipfile.BadZipFile, OSError):
+        # A changed byte in a compressed member fails in zlib while testzip reads it, not as BadZipFile.
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError):
             whole = False
         if not whole:
             broken.append(wheel)

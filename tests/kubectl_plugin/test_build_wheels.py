@@ -30,18 +30,26 @@ def _build_script() -> ModuleType:
 build = _build_script()
 
 
-def _wheel() -> bytes:
-    """A small wheel-shaped zip, its members stored (not compressed) so one changed byte changes a member."""
+def _wheel(compression: int = zipfile.ZIP_STORED) -> bytes:
+    """A small wheel-shaped zip; stored (not compressed) by default, so one changed byte changes a member."""
     raw = io.BytesIO()
-    with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as archive:
-        archive.writestr("demo/__init__.py", "VALUE = 1\n" * 40)
+    with zipfile.ZipFile(raw, "w", compression=compression) as archive:
+        archive.writestr("demo/__init__.py", "".join(f"VALUE_{n} = {n * 7919 % 1000}\n" for n in range(200)))
         archive.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
     return raw.getvalue()
 
 
 def _member_changed(whole: bytes) -> bytes:
-    at = whole.index(b"VALUE = 1")
+    at = whole.index(b"VALUE_1 ")
     return whole[:at] + b"X" + whole[at + 1 :]
+
+
+def _compressed_member_changed(_: bytes) -> bytes:
+    """A deflated wheel (as real ones are) with a byte of its first member's compressed data inverted: zlib,
+    not zipfile, finds that one."""
+    whole = bytearray(_wheel(zipfile.ZIP_DEFLATED))
+    whole[60] ^= 0xFF
+    return bytes(whole)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +59,7 @@ def _member_changed(whole: bytes) -> bytes:
         pytest.param(lambda whole: b"<html><body>502 Bad Gateway</body></html>\n", id="error-page"),
         pytest.param(lambda whole: b"", id="empty"),
         pytest.param(_member_changed, id="member-changed"),
+        pytest.param(_compressed_member_changed, id="compressed-member-changed"),
     ],
 )
 def test_a_broken_wheel_is_named_and_a_whole_one_is_not(
