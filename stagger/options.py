@@ -37,7 +37,6 @@ __all__ = [
     "Parse",
     "SettingsError",
     "boolean",
-    "build_parser",
     "file_path",
     "grouped",
     "host_port",
@@ -45,8 +44,6 @@ __all__ = [
     "key_values",
     "label_prefix",
     "one_of",
-    "read_each",
-    "read_options",
     "regrouped",
     "seconds",
     "split_host_port",
@@ -175,7 +172,7 @@ def http_url(text: str, name: str) -> str:
 class Option:
     flag: str
     envs: tuple[str, ...]
-    dest: str  # where the value goes in the dict `read_options` returns
+    dest: str  # where the value goes in the dict `Command.read` returns
     help: str
     parse: Parse
     metavar: str | None = None  # None: a switch (flag without a value; its variable takes true/false)
@@ -205,42 +202,6 @@ LOG_LEVEL = Option(
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise SettingsError(message)
-
-
-def build_parser(
-    options: Sequence[Option], *, prog: str, description: str, epilog: str | None = None
-) -> argparse.ArgumentParser:
-    """The argparse parser of `options`: each help line ends with the option's variables; a bad command
-    line raises SettingsError (it does not exit). `--help` prints and exits as usual."""
-    parser = _Parser(prog=prog, description=description, epilog=epilog)
-    for option in options:
-        shown = f"{option.help} [{' or '.join(option.envs)}]"
-        if option.metavar is None:
-            parser.add_argument(option.flag, dest=option.dest, action="store_true", default=None, help=shown)
-        else:
-            parser.add_argument(option.flag, dest=option.dest, metavar=option.metavar, help=shown)
-    return parser
-
-
-@dataclass(frozen=True)
-class Command:
-    """A process's command line: its name and description for `--help`, and its table of options."""
-
-    prog: str
-    description: str
-    options: tuple[Option, ...]
-    epilog: str | None = None
-
-    def parser(self) -> argparse.ArgumentParser:
-        return build_parser(self.options, prog=self.prog, description=self.description, epilog=self.epilog)
-
-    def read(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-        """`read_options` of this command's options: the value of each one given, by `dest`."""
-        return read_options(self.parser(), self.options, argv, environ)
-
-    def read_each(self, argv: Sequence[str], environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-        """`read_each` of this command's options: the values, and each bad value as one problem."""
-        return read_each(self.parser(), self.options, argv, environ)
 
 
 ENV_PREFIX = "STAGGER_"
@@ -277,68 +238,80 @@ def unknown_variables(options: Sequence[Option], environ: Mapping[str, str]) -> 
     )
 
 
-def read_options(
-    parser: argparse.ArgumentParser,
-    options: Sequence[Option],
-    argv: Sequence[str],
-    environ: Mapping[str, str],
-) -> dict[str, Any]:
-    """The parsed value of every option given, by `dest`: from its flag, else from the first of its
-    variables that is set and not empty. Options given neither way are absent (the caller's defaults
-    apply). Raises SettingsError naming the flag or variable of a bad value, or the `STAGGER_...` variables
-    no option reads."""
-    args = vars(parser.parse_args(list(argv)))
-    problem = unknown_variables(options, environ)
-    if problem is not None:
-        raise SettingsError(problem)
-    values: dict[str, Any] = {}
-    for option in options:
-        given = args.get(option.dest)
-        if given is True and option.metavar is None:
-            values[option.dest] = True
-            continue
-        if given is not None:
-            values[option.dest] = option.parse(given, option.flag)
-            continue
-        env = next((name for name in option.envs if environ.get(name)), None)
-        if env is not None:
-            values[option.dest] = option.parse(environ[env], env)
-    return values
+@dataclass(frozen=True)
+class Command:
+    """A process's command line: its name and description for `--help`, and its table of options."""
 
+    prog: str
+    description: str
+    options: tuple[Option, ...]
+    epilog: str | None = None
 
-def read_each(
-    parser: argparse.ArgumentParser,
-    options: Sequence[Option],
-    argv: Sequence[str],
-    environ: Mapping[str, str],
-) -> tuple[dict[str, Any], list[str]]:
-    """For a process that must start whatever it is given (the init client, whose bad settings fail open):
-    every option's value as `read_options` reads it, except that a blank value (spaces only, e.g. an
-    unset downward-API field) counts as not given and values are stripped, each bad value is one problem
-    in the list returned (the other options are still read, so one message can name them all), and a
-    variable that no option reads is no problem (a newer controller may set one this version does not
-    know). A bad command line still raises SettingsError."""
-    args = vars(parser.parse_args(list(argv)))
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for option in options:
-        given = args.get(option.dest)
-        if isinstance(given, str) and given.strip():
-            text, where = given.strip(), option.flag
-        else:
-            env = next((name for name in option.envs if environ.get(name, "").strip()), None)
-            if env is None:
+    def parser(self) -> argparse.ArgumentParser:
+        """The argparse parser of the options: each help line ends with the option's variables; a bad
+        command line raises SettingsError (it does not exit). `--help` prints and exits as usual."""
+        parser = _Parser(prog=self.prog, description=self.description, epilog=self.epilog)
+        for option in self.options:
+            shown = f"{option.help} [{' or '.join(option.envs)}]"
+            if option.metavar is None:
+                parser.add_argument(
+                    option.flag, dest=option.dest, action="store_true", default=None, help=shown
+                )
+            else:
+                parser.add_argument(option.flag, dest=option.dest, metavar=option.metavar, help=shown)
+        return parser
+
+    def read(self, argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+        """The parsed value of every option given, by `dest`: from its flag, else from the first of its
+        variables that is set and not empty. Options given neither way are absent (the caller's defaults
+        apply). Raises SettingsError naming the flag or variable of a bad value, or the `STAGGER_...`
+        variables no option reads."""
+        args = vars(self.parser().parse_args(list(argv)))
+        problem = unknown_variables(self.options, environ)
+        if problem is not None:
+            raise SettingsError(problem)
+        values: dict[str, Any] = {}
+        for option in self.options:
+            given = args.get(option.dest)
+            if given is True and option.metavar is None:
+                values[option.dest] = True
                 continue
-            text, where = environ[env].strip(), env
-        try:
-            values[option.dest] = option.parse(text, where)
-        except SettingsError as err:
-            problems.append(str(err))
-    return values, problems
+            if given is not None:
+                values[option.dest] = option.parse(given, option.flag)
+                continue
+            env = next((name for name in option.envs if environ.get(name)), None)
+            if env is not None:
+                values[option.dest] = option.parse(environ[env], env)
+        return values
+
+    def read_each(self, argv: Sequence[str], environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+        """For a process that must start whatever it is given (the init client, whose bad settings fail
+        open): every option's value as `read` reads it, except that a blank value (spaces only, e.g. an
+        unset downward-API field) counts as not given and values are stripped, each bad value is one
+        problem in the list returned (the other options are still read, so one message can name them all),
+        and a variable that no option reads is no problem (a newer controller may set one this version does
+        not know). A bad command line still raises SettingsError."""
+        args = vars(self.parser().parse_args(list(argv)))
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for option in self.options:
+            given = args.get(option.dest)
+            if isinstance(given, str) and given.strip():
+                text, where = given.strip(), option.flag
+            else:
+                env = next((name for name in option.envs if environ.get(name, "").strip()), None)
+                if env is None:
+                    continue
+                text, where = environ[env].strip(), env
+            try:
+                values[option.dest] = option.parse(text, where)
+            except SettingsError as err:
+                problems.append(str(err))
+        return values, problems
 
 
 def split_host_port(values: dict[str, Any], dest: str, *, host: str, port: str) -> None:
-    """Moves a `host_port` option's value, if given, from `dest` in `values` (as `read_options` returns
+    """Moves a `host_port` option's value, if given, from `dest` in `values` (as `Command.read` returns
     them) to the two settings `host` and `port`: the command line writes one HOST:PORT, the settings keep
     its parts apart."""
     if dest in values:
