@@ -1,6 +1,6 @@
-"""What the command lines of `sim herd`, `sim groups` and `sim cluster` share: a parser whose help ends with
-the command's examples, the measuring commands' `--out` and `--json`, `--log-level`, and logging set up
-from it."""
+"""What sim's command lines share: a parser whose help keeps the command's examples as written (every
+`python -m sim` command in `sim.cli`), and the measuring commands' `--out` and `--json`, `--log-level`, and
+logging set up from it (`sim herd`, `sim groups`, `sim cluster`)."""
 
 from __future__ import annotations
 

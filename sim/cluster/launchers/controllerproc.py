@@ -18,7 +18,6 @@ import contextlib
 import logging
 import re
 import secrets
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 import aiohttp
 import trustme
 
+from sim.cluster.launchers.stopping import stop_process
 from stagger.kube import LEASES, ApiError, RestClient
 from stagger.names import Names
 from stagger.objects import Obj
@@ -145,15 +145,12 @@ class _Replica:
 
     async def stop(self, *, grace: float) -> None:
         proc = self._proc
-        if proc is not None and proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=grace)
-            except TimeoutError:
-                logger.warning("%s did not stop within %gs: killed", self.identity, grace)
-                proc.kill()
         if proc is not None:
-            await proc.wait()
+
+            def on_kill() -> None:
+                logger.warning("%s did not stop within %gs: killed", self.identity, grace)
+
+            await stop_process(proc, grace=grace, on_kill=on_kill)
         if self._log is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._log

@@ -31,6 +31,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sim.cluster.launchers.stopping import stop_process
+
 TRAILER = b"\0EXIT "
 
 
@@ -116,16 +118,8 @@ class ForkServer:
 
     async def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=5)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None:
+            await stop_process(proc, grace=5)
 
 
 # ------------------------------------------------------------------------------------------ server

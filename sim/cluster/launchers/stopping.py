@@ -1,5 +1,6 @@
 """Stopping a child process as a kubelet stops a container: SIGTERM, a grace period, then SIGKILL. Shared by
-the init client processes (``initproc``) and lockd's (``lockdproc``)."""
+the launchers: the init client processes (``initproc``), lockd's (``lockdproc``), the controller's
+(``controllerproc``) and the fork server (``forkserver``)."""
 
 from __future__ import annotations
 
