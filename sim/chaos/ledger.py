@@ -34,6 +34,11 @@ class PodLife:
     could not be reached and its failurePolicy Ignore let the pod through as it was (a fail-open)."""
     groups: tuple[str, ...] = ()
 
+    @property
+    def pending(self) -> bool:
+        """Still there, and neither Ready yet nor finished: what the run waits for."""
+        return not self.deleted and self.ready_at is None and not self.finished
+
 
 class PodLedger:
     """Every pod of the run's namespace, watched directly: when it appeared, was Ready, finished, went."""

@@ -336,7 +336,7 @@ async def _read_end_state(
     jobs = await sim.client.list(JOBS, namespace=herd.namespace)
     # Why each pod still not Ready is where it is, read before anything else moves: the run
     # keeps no timeline per pod, so this is what a failed seed can be explained by.
-    late = [p.key for p in ledger.pods.values() if not p.deleted and p.ready_at is None and not p.finished]
+    late = [p.key for p in ledger.pods.values() if p.pending]
     stuck = [] if done else await endstate.stuck(sim, informer, late)
     slots = await endstate.lockd_slots(sim, within=settings.slot_settle_seconds)
     fail_opens, node_violations, problems = _node_fail_opens(sim, herd=herd, ledger=ledger)
@@ -398,7 +398,7 @@ def _judge(
         fail_opens["replacement held again: reservation lost with the killed leader (known limit)"] += (
             drive.held_again
         )
-    not_ready = [p.key for p in lives if not p.deleted and p.ready_at is None and not p.finished]
+    not_ready = [p.key for p in lives if p.pending]
     problems = [*drive.problems, *end.problems]
     if not drive.done:
         problems.append(f"not every pod Ready by the deadline: {not_ready[:10]}")
