@@ -123,10 +123,12 @@ def _granted(app: web.Application, outcome: ledger.Granted, query: params.LockQu
 
 
 async def check_token(
-    app: web.Application, headers: Mapping[str, str], *, namespace: str, name: str, uid: str
+    app: web.Application, headers: Mapping[str, str], *, namespace: str, name: str, uid: str, peer: str
 ) -> Answer | Literal["verified", "unverified", "standalone"]:
     """Cluster mode: the pod's service-account token bound to the pod named (lockd/podtoken.py); an answer
-    when the request is refused, else whether the token showed it is that pod."""
+    when the request is refused, else whether the token showed it is that pod. A pod of this node that
+    admission gave the token (its spec has the token volume) must show it; a new token costs the caller
+    `peer` (its address) one review of its own budget."""
     state = app.get(CLUSTER)
     if state is None or state.tokens is None:
         return "standalone"
@@ -136,14 +138,22 @@ async def check_token(
     except podtoken.BadAuthorization as err:
         metrics.count("bad_request")
         return error(400, str(err))
-    review = await state.tokens.review(token) if token is not None else None
+    review = await state.tokens.review(token, peer=peer) if token is not None else None
+    view = state.view
     verdict = podtoken.decide(
-        review, require=app[SETTINGS].tokens.require_pod_token, namespace=namespace, name=name, uid=uid
+        review,
+        require=app[SETTINGS].tokens.require_pod_token,
+        injected=view is not None and view.has_token_volume(namespace=namespace, name=name),
+        namespace=namespace,
+        name=name,
+        uid=uid,
     )
     if isinstance(verdict, podtoken.Refusal):
         metrics.pod_tokens.count("refused")
+        metrics.pod_token_refusals.count(verdict.why)
         metrics.count("forbidden" if verdict.status == 403 else "unconfirmed")
-        return error(verdict.status, verdict.reason, headers=_RETRY_NOW if verdict.status == 503 else ())
+        retry = _retry_after(max(1.0, verdict.retry_after)) if verdict.status == 503 else ()
+        return error(verdict.status, verdict.reason, headers=retry)
     metrics.pod_tokens.count(
         "verified" if verdict == "verified" else "absent" if review is None else "unchecked"
     )
@@ -151,24 +161,32 @@ async def check_token(
 
 
 async def _refusal(
-    app: web.Application, headers: Mapping[str, str], query: params.LockQuery
+    app: web.Application, headers: Mapping[str, str], query: params.LockQuery, *, peer: str
 ) -> Answer | None:
-    """Cluster mode: why this caller gets no answer from the queue (its token, its identity on this node)."""
+    """Cluster mode: why this caller gets no answer from the queue (its identity on this node, its token)."""
     from lockd import cluster as cluster_mode  # loaded already: the view is cluster mode's
 
     view = view_of(app)
     assert view is not None
-    checked = await check_token(app, headers, namespace=query.namespace, name=query.name, uid=query.uid)
-    if isinstance(checked, Answer):
-        return checked
+    metrics = app[METRICS]
+    try:
+        podtoken.bearer_token(headers)  # a bad header is a bad request, whoever is named
+    except podtoken.BadAuthorization as err:
+        metrics.count("bad_request")
+        return error(400, str(err))
+    # The identity first: once it holds, the pod is in the view, which says whether it must show a token
+    # (a pod the watch has not brought yet is read from the API by the check).
     problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
     if isinstance(problem, cluster_mode.Unconfirmed):
-        app[METRICS].count("unconfirmed")
+        metrics.count("unconfirmed")
         return error(503, problem, headers=_RETRY_NOW)
     if problem is not None:
-        app[METRICS].count("forbidden")
+        metrics.count("forbidden")
         return error(403, problem)
-    return None
+    checked = await check_token(
+        app, headers, namespace=query.namespace, name=query.name, uid=query.uid, peer=peer
+    )
+    return checked if isinstance(checked, Answer) else None
 
 
 def _always() -> bool:
@@ -176,10 +194,16 @@ def _always() -> bool:
 
 
 async def answer_ask(
-    app: web.Application, *, raw_query: str, headers: Mapping[str, str], alive: Callable[[], bool]
+    app: web.Application,
+    *,
+    raw_query: str,
+    headers: Mapping[str, str],
+    alive: Callable[[], bool],
+    peer: str,
 ) -> Answer:
     """`GET /v1/lock?namespace=&name=[&uid=][&wait=S]`: 200 granted, 423 wait, 429 queue full, 400/403/503.
-    `alive()` says whether the caller is still there while a long poll waits."""
+    `alive()` says whether the caller is still there while a long poll waits; `peer` is the caller's
+    address (the connection's), whose own budget a new token uses (`podtoken.CallerBudgets`)."""
     service = app[SERVICE]
     try:
         # Parsed from the raw string, not a request's `query`: that would stay on the request while it waits.
@@ -192,7 +216,7 @@ async def answer_ask(
     unavailable = not_ready(app)
     if unavailable is not None:
         return unavailable
-    if view_of(app) is not None and (refused := await _refusal(app, headers, query)) is not None:
+    if view_of(app) is not None and (refused := await _refusal(app, headers, query, peer=peer)) is not None:
         return refused
     outcome = await service.wait_for_slot(
         namespace=query.namespace,

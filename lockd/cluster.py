@@ -100,7 +100,8 @@ def _lean_metadata(metadata: Any) -> Any:
 
 
 # What lockd reads of a pod's spec and status (lockd/pods.py, `NodeView.is_pod_request`, the /status
-# page); a field read anywhere else in lockd must be added here, or it reads as missing.
+# page); a field read anywhere else in lockd must be added here, or it reads as missing. Of the spec's
+# volumes, `lean_pod` keeps one boolean.
 _POD_SPEC_READ: Final = ("nodeName", "hostNetwork")
 _POD_STATUS_READ: Final = ("phase", "podIP", "conditions", "initContainerStatuses", "containerStatuses")
 _CONDITION_READ: Final = ("type", "status", "lastTransitionTime")
@@ -123,7 +124,11 @@ def lean_pod(pod: dict[str, Any]) -> dict[str, Any]:
     lean: dict[str, Any] = {key: pod[key] for key in ("apiVersion", "kind") if key in pod}
     lean["metadata"] = _lean_metadata(pod.get("metadata"))
     if "spec" in pod:
-        lean["spec"] = _pick(pod["spec"], _POD_SPEC_READ)
+        lean["spec"] = spec = _pick(pod["spec"], _POD_SPEC_READ)
+        if isinstance(spec, dict) and pods.has_token_volume(pod):
+            # Of the volumes, only that the pod was given its token for lockd (`pods.has_token_volume`);
+            # a pod without one keeps no key, and reads False.
+            spec[pods.TOKEN_VOLUME_KEPT] = True
     if "status" in pod:
         status = _pick(pod["status"], _POD_STATUS_READ)
         if isinstance(status, dict):
@@ -217,6 +222,12 @@ class NodeView:
     def node_labels(self) -> dict[str, str]:
         obj = self.nodes.get(self.node) or {}
         return dict((obj.get("metadata") or {}).get("labels") or {})
+
+    def has_token_volume(self, *, namespace: str, name: str) -> bool:
+        """The pod of that name on this node was given its token for lockd by admission, so a request in
+        its name must carry it (`pods.has_token_volume`). By name, whatever uid is asked with: the name is
+        what a request acts on."""
+        return pods.has_token_volume(self.pod((namespace, name)))
 
     def is_pod_request(self, *, namespace: str, name: str, uid: str, remote: str | None) -> bool:
         """A request that comes from the pod itself: its uid, and its own pod IP as the source address.

@@ -300,6 +300,15 @@ class Metrics:
         "pod was another of that name: the pod asks for its grant instead).",
         "outcome",
     )
+    pod_token_refusals: Counter = _counter(
+        "stagger_lockd_pod_token_refusals",
+        "Asks and releases refused for their token (403, or 503 to ask again), by reason: missing (none, "
+        "for a pod admission gave one), required (none, under --require-pod-token), rejected (the API "
+        "server does not accept it), other_pod (another pod's), caller_budget (the caller address sent "
+        "too many new tokens: --token-review-caller-burst), node_budget (the node's backstop), "
+        "unanswered (the TokenReview failed).",
+        "reason",
+    )
     cpu_load: Gauge = _gauge(
         "stagger_lockd_cpu_busy_ratio",
         "Last sampled share of the node's CPU time that was busy, 0 to 1; no sample before the first reading.",

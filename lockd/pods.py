@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
+from stagger.contracts import podtoken
 from stagger.names import Names
 from stagger.podstate import is_pod_finished, is_pod_ready, pod_phase, restart_state
 from stagger.timestamps import parse_rfc3339
@@ -58,6 +59,22 @@ def identity_problem(pod: Pod | None, *, node: str, namespace: str, name: str, u
     if current == "finished":
         return f"pod {namespace}/{name} has finished (phase {phase(pod)})"
     return None
+
+
+TOKEN_VOLUME_KEPT: Final = "stagger:hasTokenVolume"
+"""The key under which lockd's lean copy of a pod (`lockd.cluster.lean_pod`) keeps, instead of the pod's
+volumes, whether it has the token volume: not a field the API server could send (it has a colon)."""
+
+
+def has_token_volume(pod: Pod | None) -> bool:
+    """Whether admission gave the pod its service-account token for lockd (`stagger.contracts.podtoken`):
+    then an ask or a release in its name must carry it. Read from the pod's volumes, or from the boolean
+    lockd's lean copy keeps of them."""
+    spec = pod.get("spec") if pod is not None else None
+    if not isinstance(spec, Mapping):
+        return False
+    kept = spec.get(TOKEN_VOLUME_KEPT)
+    return kept if isinstance(kept, bool) else podtoken.has_token_volume(spec)
 
 
 def owner_kind(pod: Pod) -> tuple[str, str] | None:

@@ -7,11 +7,15 @@ API server who it is (a TokenReview, `authentication.k8s.io/v1`: the pod's name 
 user's extra `authentication.kubernetes.io/pod-name` and `pod-uid`) and binds the ask or the release to
 that pod: a token of another pod, an expired one or one of another audience is refused (403) and nothing
 changes. Answers are cached by the token's hash (at most `cache` seconds, never past the token's own
-`exp`), so a pod's long polls cost one review; reviews are rate-bounded, so tokens made up by the
-thousand cannot make lockd flood the API server.
+`exp`), so a pod's long polls cost one review. New tokens are rate-bounded per caller address
+(`CallerBudgets`, a map bounded in size) and, as a backstop, per node, so that tokens made up by the
+thousand cannot make lockd flood the API server, and cost their sender, not the other pods of the node:
+a token the API server accepts gives its sender's budget back.
 
-A pod opted in by hand without the token (or asking through an older init client) is checked as before,
-by its name and uid on this node, unless `--require-pod-token` says it must have one.
+A pod that admission gave the token (its spec has the token volume, `stagger.contracts.podtoken`) must
+show it: an ask or release in its name without it is refused, and one whose token could not be checked
+is told to ask again. A pod opted in by hand without the token is checked as before, by its name and uid
+on this node, unless `--require-pod-token` says every pod must have one.
 
 Pure but for `TokenReviewer`, which calls the API server.
 """
@@ -31,12 +35,14 @@ from typing import Any, Literal
 import aiohttp
 
 from lockd.settings import TokenSettings
+from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.kube import TOKENREVIEWS, ApiError, RestClient
 from stagger.throttles import TokenBucket
 
 __all__ = [
     "POD_NAME_EXTRA",
     "POD_UID_EXTRA",
+    "CallerBudgets",
     "Refusal",
     "Rejected",
     "TokenPod",
@@ -74,20 +80,32 @@ class Rejected:
     reason: str
 
 
+UnansweredWhy = Literal["unanswered", "caller_budget", "node_budget"]
+
+
 @dataclass(frozen=True)
 class Unanswered:
-    """The API server could not be asked (it failed, or no review was left)."""
+    """The API server could not be asked: it failed (`unanswered`), or no review was left for this caller
+    (`caller_budget`) or on this node (`node_budget`); `retry_after`: when asking again may be answered."""
 
     reason: str
+    why: UnansweredWhy = "unanswered"
+    retry_after: float = 1.0
 
 
 Review = TokenPod | Rejected | Unanswered
 
+RefusalWhy = Literal["missing", "required", "rejected", "other_pod", UnansweredWhy]
+
 
 @dataclass(frozen=True)
 class Refusal:
+    """A request refused for its token; `why` is the metric's reason label."""
+
     status: Literal[403, 503]
     reason: str
+    why: RefusalWhy
+    retry_after: float = 1.0
 
 
 Verdict = Literal["verified", "unverified"] | Refusal
@@ -142,26 +160,67 @@ def token_expiry(token: str) -> float | None:
     return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
 
 
-def decide(review: Review | None, *, require: bool, namespace: str, name: str, uid: str) -> Verdict:
+def decide(
+    review: Review | None, *, require: bool, injected: bool, namespace: str, name: str, uid: str
+) -> Verdict:
     """What a request for `namespace/name` (uid `uid`, "" when not given) with this token's review (None:
-    no token) may do. Pure."""
+    no token) may do; `injected`: the pod has the token volume (admission gave it the token). Pure."""
     if review is None:
         if require:
-            return Refusal(403, "a service-account token of the pod is required (lockd --require-pod-token)")
+            return Refusal(
+                403, "a service-account token of the pod is required (lockd --require-pod-token)", "required"
+            )
+        if injected:
+            return Refusal(
+                403,
+                f"pod {namespace}/{name} was given a service-account token for lockd (its volume "
+                f"{TOKEN_VOLUME}): an ask or release in its name must carry it",
+                "missing",
+            )
         return "unverified"
     if isinstance(review, Rejected):
-        return Refusal(403, review.reason)
+        return Refusal(403, review.reason, "rejected")
     if isinstance(review, Unanswered):
-        if require:
-            return Refusal(503, f"the pod's token could not be checked ({review.reason}): ask again")
+        if require or injected:
+            return Refusal(
+                503,
+                f"the pod's token could not be checked ({review.reason}): ask again",
+                review.why,
+                review.retry_after,
+            )
         return "unverified"
     if (review.namespace, review.name) != (namespace, name) or (uid and review.uid != uid):
         return Refusal(
             403,
             f"the token is pod {review.namespace}/{review.name}'s (uid {review.uid}), "
             f"not {namespace}/{name}'s" + (f" (uid {uid})" if uid else ""),
+            "other_pod",
         )
     return "verified"
+
+
+class CallerBudgets:
+    """Each caller address's own budget of new tokens (a token bucket), in a map of at most `capacity`
+    callers: the least recently seen is forgotten for a new one, so that many addresses cannot grow it
+    without bound (a forgotten caller starts again with a full budget; the node's budget still bounds
+    them all)."""
+
+    def __init__(self, *, burst: int, fill_seconds: float, capacity: int) -> None:
+        self._burst, self._fill, self._capacity = burst, fill_seconds, capacity
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def of(self, peer: str, *, now: float) -> TokenBucket:
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            bucket = self._buckets[peer] = TokenBucket(burst=self._burst, fill_seconds=self._fill, now=now)
+            while len(self._buckets) > self._capacity:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(peer)
+        return bucket
 
 
 class TokenReviewer:
@@ -181,12 +240,19 @@ class TokenReviewer:
         self._wall = wall
         self._cache: OrderedDict[bytes, tuple[float, TokenPod | Rejected]] = OrderedDict()
         self._reviewing: dict[bytes, asyncio.Task[Review]] = {}
+        # The node's budget: a backstop above the callers' own, which bounds the API server's load.
         self._reviews = TokenBucket(
             burst=settings.token_review_burst, fill_seconds=settings.token_review_fill, now=clock()
         )
+        self.callers = CallerBudgets(
+            burst=settings.token_review_caller_burst,
+            fill_seconds=settings.token_review_caller_fill,
+            capacity=settings.token_review_callers,
+        )
         self.api_reviews = 0  # TokenReviews sent, for tests and /status
 
-    async def review(self, token: str) -> Review:
+    async def review(self, token: str, *, peer: str) -> Review:
+        """Who `token` is; a new token costs its sender `peer` (the caller's address) one review."""
         key = hashlib.sha256(token.encode()).digest()
         now = self._clock()
         cached = self._cache.get(key)
@@ -194,15 +260,35 @@ class TokenReviewer:
             return cached[1]
         task = self._reviewing.get(key)
         if task is None:
+            caller = self.callers.of(peer, now=now)
+            if not caller.take(now):
+                return Unanswered(
+                    f"too many new tokens from {peer} at once",
+                    "caller_budget",
+                    caller.seconds_until_token(now),
+                )
             if not self._reviews.take(now):
-                return Unanswered("too many new tokens at once")
-            task = asyncio.create_task(self._review(key, token), name="token-review")
+                caller.give_back(now)
+                return Unanswered(
+                    "too many new tokens on this node at once",
+                    "node_budget",
+                    self._reviews.seconds_until_token(now),
+                )
+            task = asyncio.create_task(self._review(key, token, caller=caller), name="token-review")
             self._reviewing[key] = task
             task.add_done_callback(lambda _: self._reviewing.pop(key, None))
         # Shielded: a caller that goes away does not cancel the review others wait for.
         return await asyncio.shield(task)
 
-    async def _review(self, key: bytes, token: str) -> Review:
+    async def _review(self, key: bytes, token: str, *, caller: TokenBucket) -> Review:
+        found = await self._ask(key, token)
+        if isinstance(found, TokenPod):
+            # A real pod's token costs its sender nothing: pods sharing an address (hostNetwork) are not
+            # held back by each other; only tokens the API server refuses use up the sender's budget.
+            caller.give_back(self._clock())
+        return found
+
+    async def _ask(self, key: bytes, token: str) -> Review:
         self.api_reviews += 1
         body = {
             "apiVersion": "authentication.k8s.io/v1",

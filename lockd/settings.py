@@ -115,7 +115,7 @@ class TokenSettings:
     require_pod_token: bool = False  # refuse an ask or release without a pod token
     token_cache: float = 300.0  # how long a review's answer is reused for the same token
     token_review_timeout: float = 5.0
-    token_review_burst: int = 20  # reviews allowed at once ...
+    token_review_burst: int = 20  # reviews allowed at once on the node ...
     token_review_fill: float = 0.1  # ... then one more every this many seconds
     token_cache_entries: int = 4096
 
@@ -123,6 +123,12 @@ class TokenSettings:
 @dataclass(frozen=True)
 class GroupSettings:
     """The controller's group pacer service, asked for pods in staggering groups."""
+    # Each caller address's own budget of new tokens, below the node's: made-up tokens cost their sender.
+    # A token the API server accepts is given back, so pods sharing the node's address (hostNetwork)
+    # are held back only while more than this many ask at the same moment.
+    token_review_caller_burst: int = 10
+    token_review_caller_fill: float = 0.5
+    token_review_callers: int = 1024  # caller addresses remembered (the least recently seen forgotten)
 
     controller_url: str | None = None
     controller_token_file: Path | None = None
@@ -225,6 +231,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--controller-ca-file", ("STAGGER_CONTROLLER_CA_FILE",), "controller_ca_file",
            "CA certificate (PEM) that signed the controller's serving certificate (default: the system's CAs)",
            file_path, "FILE"),
+    Option("--token-review-caller-burst", ("STAGGER_TOKEN_REVIEW_CALLER_BURST",), "token_review_caller_burst",
+           "new tokens one caller address may have reviewed at once; beyond, 503 with Retry-After for a pod "
+           "that must show its token (default 10; a token the API server accepts is given back)", whole(1),
+           "N"),
+    Option("--token-review-caller-fill", ("STAGGER_TOKEN_REVIEW_CALLER_FILL",), "token_review_caller_fill",
+           "... then one more every this long (default 0.5s)", seconds(), "DURATION"),
+    Option("--token-review-callers", ("STAGGER_TOKEN_REVIEW_CALLERS",), "token_review_callers",
+           "caller addresses whose token budgets are remembered; the least recently seen is forgotten for "
+           "a new one (default 1024)", whole(1), "N"),
     Option("--group-wait", ("STAGGER_GROUP_WAIT",), "group_wait",
            "length of the node's long poll to the controller that says which held pods may go (default 30s, "
            "at most 60s)", seconds(), "DURATION"),

@@ -12,6 +12,7 @@ import pytest
 
 from lockd import daemonsets, pods
 from lockd.cluster import lean_node, lean_pod
+from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.daemonsets import should_run
 from stagger.names import Names
 from stagger.podstate import restart_state
@@ -96,7 +97,13 @@ def full_pod(*, init_state: dict[str, Any], app_state: dict[str, Any], ready: bo
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                 }
             ],
-            "volumes": [{"name": "data", "emptyDir": {}}],
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                {
+                    "name": TOKEN_VOLUME,
+                    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                },
+            ],
             "tolerations": [
                 {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
             ],
@@ -170,6 +177,7 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
         pods.key_of,
         lambda p: pods.uses_stagger(p, names=names),
         lambda p: pods.identity_problem(p, node="n1", namespace="shop", name="web-1", uid="u-1"),
+        pods.has_token_volume,
         lambda p: pods.slots_to_rebuild([p], names=names),
         lambda p: daemonsets.waiting_for([p], view=None, own_pod=None),
         lambda p: pods.other_starting([p], names=names, exclude_namespaces=(), holders=()),
@@ -180,6 +188,7 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
         assert reading(lean) == reading(pod)
     # The readings are not vacuous: the pod uses stagger, and while it starts its node slot is rebuilt.
     assert pods.uses_stagger(lean, names=names)
+    assert pods.has_token_volume(lean) and pods.has_token_volume(lean_pod(lean))
     assert (pods.slots_to_rebuild([lean], names=names) != []) == (pods.stage(lean) == "starting")
     # ... and its container, which ran before (restartCount 1), is read as starting again while it runs and
     # is not ready, or waits in CrashLoopBackOff.

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from lockd import daemon
 from lockd.settings import Settings
 from sim.emulator.server import ApiServer, ApiServerSettings
+from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.kube import EVENTS, NODES, PODS, RestClient
 from stagger.names import Names
 from stagger.options import grouped
@@ -54,7 +55,10 @@ async def make_pod(
     stagger: bool = True,
     owner: tuple[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    token_volume: bool = False,
 ) -> dict[str, Any]:
+    """A pod bound to `node`; with `token_volume`, the projected token volume admission injects (lockd then
+    wants the pod's token with every ask and release in its name)."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
     if stagger:
         metadata["labels"][NAMES.enable_label] = "1"
@@ -69,13 +73,37 @@ async def make_pod(
                 "controller": True,
             }
         ]
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
         "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example/app:1"}]},
     }
+    if token_volume:
+        source = {"audience": "stagger", "expirationSeconds": 600, "path": "token"}
+        pod["spec"]["volumes"] = [
+            {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": source}]}}
+        ]
     return await kube.create(PODS, pod, namespace=namespace)
+
+
+async def pod_token(kube: RestClient, pod: dict[str, Any], *, audience: str = "stagger") -> str:
+    """What the kubelet asks for a pod's projected token volume: a token of its service account, bound to
+    the pod (TokenRequest, which the emulator answers as kube-apiserver does)."""
+    meta = pod["metadata"]
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [audience],
+            "expirationSeconds": 600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        },
+    }
+    account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+    path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token"
+    answer = await kube.request("POST", path, body=body)
+    return str(answer["status"]["token"])
 
 
 async def patch_status(kube: RestClient, pod: dict[str, Any], *, status: dict[str, Any]) -> None:
@@ -111,10 +139,14 @@ class ClusterLockd:
         response = await self.client.get("/status")
         return await response.json()
 
-    async def lock(self, pod: dict[str, Any], **extra: str) -> aiohttp.ClientResponse:
+    async def lock(
+        self, pod: dict[str, Any], *, token: str | None = None, **extra: str
+    ) -> aiohttp.ClientResponse:
+        """`GET /v1/lock` in the pod's name, with its service-account `token` when given."""
         meta = pod["metadata"]
         query = {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"], **extra}
-        return await self.client.get("/v1/lock", params=query)
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return await self.client.get("/v1/lock", params=query, headers=headers)
 
     async def wait_ready(self, within: float = 10.0) -> None:
         await eventually(lambda: self._ready(), within=within, what="lockd to become ready")

@@ -15,7 +15,7 @@ import pytest
 
 from sim.emulator.server import ApiServer
 from tests.groups_api.controller import TOKEN, running_controller
-from tests.lockd_cluster.conftest import NAMES, make_node, make_pod, set_ready
+from tests.lockd_cluster.conftest import NAMES, make_node, make_pod, pod_token, set_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -53,9 +53,10 @@ async def test_a_held_pod_is_granted_as_soon_as_its_group_has_room(
             controller_token_file=token,
             controller_ca_file=ca,
         )
-        granted = await lockd.lock(first)
+        # Admission gave both pods their token for lockd: each asks with its own, as its init client does.
+        granted = await lockd.lock(first, token=await pod_token(kube, first))
         assert granted.status == 200, await granted.text()
-        waiting = asyncio.create_task(lockd.lock(second, wait="30"))
+        waiting = asyncio.create_task(lockd.lock(second, token=await pod_token(kube, second), wait="30"))
         # The group said no; lockd's wait stream names the held pod to the controller.
         await controller.until(lambda groups: groups["waits"] == 1)
         assert not waiting.done()

@@ -19,7 +19,7 @@ from lockd.app import CLUSTER
 from sim.emulator.server import ApiServer
 from sim.emulator.settings import ApiServerSettings
 from stagger.kube import RestClient
-from tests.lockd_cluster.conftest import ClusterLockd, make_node, make_pod
+from tests.lockd_cluster.conftest import ClusterLockd, make_node, make_pod, pod_token
 from tests.metrics import by_label
 from tests.policies import limit_policy
 
@@ -49,20 +49,7 @@ async def api(token_clock: TokenClock) -> AsyncIterator[ApiServer]:
 
 
 async def _token(kube: RestClient, pod: dict[str, Any], *, audience: str = "stagger") -> str:
-    """What the kubelet asks for a pod's projected volume: a token of its service account, bound to it."""
-    meta = pod["metadata"]
-    body = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "audiences": [audience],
-            "expirationSeconds": 600,
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
-        },
-    }
-    path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/default/token"
-    answer = await kube.request("POST", path, body=body)
-    return str(answer["status"]["token"])
+    return await pod_token(kube, pod, audience=audience)
 
 
 async def _ask(lockd: ClusterLockd, pod: dict[str, Any], token: str | None) -> aiohttp.ClientResponse:

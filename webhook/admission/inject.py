@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.durations import format_duration
 from stagger.policy import PolicyFile
 from webhook.admission import wire
@@ -37,8 +38,8 @@ HOLD_CONTAINER = "stagger-hold"
 
 # The pod's service-account token for lockd, projected into the init client only: stagger's audience, so
 # it is of no use against the API server; the shortest life the API server allows (10 minutes; the kubelet
-# replaces it after 80% of that), bound to the pod, so lockd learns the pod's name and uid from it.
-TOKEN_VOLUME = "stagger-pod-token"
+# replaces it after 80% of that), bound to the pod, so lockd learns the pod's name and uid from it. The
+# volume's name is lockd's too: a pod with the volume must show the token (stagger.contracts.podtoken).
 TOKEN_DIR = "/var/run/secrets/stagger"
 TOKEN_PATH = "token"
 TOKEN_SECONDS = 600
