@@ -9,9 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
+from lockd import app as lockd_app
 from lockd import appstate, daemon, server
 from lockd.settings import Settings, parse_settings
-from stagger import kube, startup
+from stagger import kube, serving, startup
 
 
 def banner(settings: Settings) -> str:
@@ -23,23 +24,27 @@ def banner(settings: Settings) -> str:
         f"lockd ({mode}) on {base} for node {settings.node.node_name}. Try:\n"
         f"  curl -s '{base}/v1/lock?{ident}'\n"
         f"  curl -s '{base}/status?format=text'"
+        + (
+            f"\nprobes on http://{settings.server.probe_host}:{settings.server.probe_port} (/healthz /readyz)"
+            if settings.server.probe_host is not None
+            else ""
+        )
     )
 
 
 def serve(settings: Settings, application: web.Application) -> Coroutine[Any, Any, None]:
-    """lockd's one listener, until SIGTERM or SIGINT."""
+    """lockd's listener, and its probes' when `--probe-listen` is set, until SIGTERM or SIGINT."""
     runner = server.make_runner(
         application,
         settings=settings.server,
         metrics=application[appstate.METRICS],
         access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
     )
-    return server.serve(
-        runner,
-        host=settings.server.host,
-        port=settings.server.port,
-        started=lambda: print(banner(settings), file=sys.stderr, flush=True),
-    )
+    listeners = [serving.Listener(runner, settings.server.host, settings.server.port)]
+    if settings.server.probe_host is not None:
+        probes = server.make_probe_runner(lockd_app.make_probe_app(application), settings=settings.server)
+        listeners.append(serving.Listener(probes, settings.server.probe_host, settings.server.probe_port))
+    return server.serve(*listeners, started=lambda: print(banner(settings), file=sys.stderr, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:

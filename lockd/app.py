@@ -221,7 +221,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    unavailable = asking.not_ready(request.app)
+    unavailable = asking.not_ready(request.app.get(MAIN_APP, request.app))
     return unavailable.response() if unavailable is not None else json_response({"ready": True})
 
 
@@ -352,6 +352,22 @@ def make_app(
     return app
 
 
+MAIN_APP = web.AppKey("main_app", web.Application)  # the probe app's view of lockd's app
+
+
+def make_probe_app(main: web.Application) -> web.Application:
+    """The app of `--probe-listen`: `/healthz` and `/readyz` answering for lockd's app `main`, on a listener
+    whose connections no caller of the lock port shares."""
+    # The door takes no body here (`serving.PROBE_BOUNDS`); aiohttp's own limit is the backstop.
+    app = web.Application(
+        client_max_size=1024, middlewares=[serving.json_errors(max_body=1024, read_first=True)]
+    )
+    app[MAIN_APP] = main
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
 def log_start(app: web.Application) -> None:
     """One line when lockd is ready to decide: its mode, node, node policy and why, cores."""
     settings, service = app[SETTINGS], app[SERVICE]
@@ -365,4 +381,4 @@ def log_start(app: web.Application) -> None:
     )
 
 
-__all__ = ["log_start", "make_app", "node_labels", "publish_load", "reload_policy"]
+__all__ = ["log_start", "make_app", "make_probe_app", "node_labels", "publish_load", "reload_policy"]

@@ -285,6 +285,13 @@ class Metrics:
         "request in progress closed for a new one), refused (all busy: the new one closed at once).",
         "why",
     )
+    requests_refused: Counter = _counter(
+        "stagger_lockd_requests_refused",
+        "Requests refused at the door before any handler, by HTTP status: 408 (not whole within "
+        "--header-timeout), 411 (a chunked body), 413 (a body over --max-body), 431 (a head over 8 KiB), "
+        "400 (a bad Content-Length).",
+        "status",
+    )
     pod_tokens: Counter = _counter(
         "stagger_lockd_pod_tokens",
         "Asks and releases in cluster mode, by the pod's service-account token: verified (the token's "
@@ -292,13 +299,6 @@ class Metrics:
         "could not review it: checked by name and uid), refused (another pod's, expired, another "
         "audience, or none under --require-pod-token).",
         "result",
-    )
-    pushed_grants: Counter = _counter(
-        "stagger_lockd_pushed_grants",
-        "Group grants the controller gave in the answers of the node's wait stream, by outcome: "
-        "received, used (a pod started on one), lapsed (not used within half its reservation, or its "
-        "pod was another of that name: the pod asks for its grant instead).",
-        "outcome",
     )
     pod_token_refusals: Counter = _counter(
         "stagger_lockd_pod_token_refusals",
@@ -308,6 +308,13 @@ class Metrics:
         "too many new tokens: --token-review-caller-burst), node_budget (the node's backstop), "
         "unanswered (the TokenReview failed).",
         "reason",
+    )
+    pushed_grants: Counter = _counter(
+        "stagger_lockd_pushed_grants",
+        "Group grants the controller gave in the answers of the node's wait stream, by outcome: "
+        "received, used (a pod started on one), lapsed (not used within half its reservation, or its "
+        "pod was another of that name: the pod asks for its grant instead).",
+        "outcome",
     )
     cpu_load: Gauge = _gauge(
         "stagger_lockd_cpu_busy_ratio",
@@ -346,6 +353,10 @@ class Metrics:
     def count(self, result: str) -> None:
         """One lock request answered with this result."""
         self.requests.count(result)
+
+    def count_refused(self, status: int) -> None:
+        """One request refused at the door (`stagger.framing`)."""
+        self.requests_refused.count(str(status))
 
     def watch(
         self,

@@ -1,67 +1,69 @@
-"""Serving lockd's app: `stagger.serving` (the listening socket, slow and broken clients, signals and
-graceful shutdown) with lockd's name in its errors.
+"""Serving lockd's app: `stagger.serving` (the listening socket, the door that bounds every request, slow and
+broken clients, signals and graceful shutdown) with lockd's name in its errors, its lock asks served at the
+door (`lockd.longpoll`), and its probes on a listener of their own.
 
-lockd listens on a host port that every pod on the node can reach, so the server itself is hardened:
-- a connection must send a whole request within `--header-timeout` (aiohttp's keep-alive timer, which
-  also runs from the moment a connection is made), so a slow client cannot hold connections open;
-- a request whose connection closes is cancelled (aiohttp's handler cancellation): a long-polling waiter
-  that went away leaves the queue at once;
-- malformed HTTP gets a JSON 400 like every other error, and one warning line in the log, not a
-  traceback (aiohttp answers it before any handler or middleware runs, so its error handler is replaced).
+lockd listens on a host port that every pod on the node can reach, so what one caller can make it hold is
+bounded (`stagger.framing`): each whole request within `--header-timeout`, heads of at most 8 KiB, bodies of
+at most `--max-body`, at most `--max-connections` open. The kubelet's probes go to `--probe-listen`, whose
+connections are apart from the lock port's: no flood there can fail them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from lockd import longpoll
 from lockd.metrics import Metrics
 from lockd.settings import ServerSettings
-from stagger import serving
+from stagger import framing, serving
 from stagger.serving import ListenError, Runner
 
-__all__ = ["ListenError", "Runner", "make_runner", "serve"]
+__all__ = ["ListenError", "Runner", "make_probe_runner", "make_runner", "serve"]
 
 
 def make_runner(
     app: web.Application, *, settings: ServerSettings, metrics: Metrics, access_log: logging.Logger | None
 ) -> Runner:
-    """lockd's runner: every connection comes in through the long-poll front door (`lockd.longpoll`),
-    which answers the lock asks and hands the rest to aiohttp; at most `--max-connections` open
-    (`serving.ConnectionLimit`: the oldest idle one closed for a new one, a new one refused when all are
-    busy), each counted in `stagger_lockd_connections_shed_total`."""
-    limit = serving.ConnectionLimit(most=settings.max_connections, shed=metrics.connections_shed.count)
-
-    def front(aiohttp_protocol: Callable[[], RequestHandler]) -> longpoll.FrontDoor:
-        return longpoll.FrontDoor(
-            app=app,
-            aiohttp_protocol=aiohttp_protocol,
-            header_timeout=settings.header_timeout,
-            limit=limit,
-            access_log=access_log,
-        )
-
+    """lockd's runner: every connection comes in through the door (`stagger.framing`), which answers the
+    lock asks (`lockd.longpoll`) and passes the rest to aiohttp; the connections the limit closed and the
+    requests it refused are counted (`stagger_lockd_connections_shed_total`,
+    `stagger_lockd_requests_refused_total`)."""
     return serving.make_runner(
         app,
-        header_timeout=settings.header_timeout,
+        bounds=framing.Bounds(
+            request_timeout=settings.header_timeout,
+            max_body=settings.max_body,
+            max_connections=settings.max_connections,
+        ),
         shutdown_timeout=settings.shutdown_timeout,
         access_log=access_log,
         owner="lockd",
-        front=front,
+        local=longpoll.LockAsks(app),
+        shed=metrics.connections_shed.count,
+        refused=metrics.count_refused,
     )
 
 
-async def serve(runner: Runner, *, host: str, port: int, started: Any = None) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully within the runner's shutdown timeout.
+def make_probe_runner(app: web.Application, *, settings: ServerSettings) -> Runner:
+    """`/healthz` and `/readyz` on `--probe-listen`, for the kubelet alone."""
+    return serving.make_runner(
+        app,
+        bounds=serving.PROBE_BOUNDS,
+        shutdown_timeout=settings.shutdown_timeout,
+        access_log=None,
+        owner="lockd",
+    )
 
-    Raises ListenError if the address cannot be bound (nothing was started then)."""
+
+async def serve(*listeners: serving.Listener, started: Any = None) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully within the runners' shutdown timeout.
+
+    Raises ListenError if an address cannot be bound (nothing was started then)."""
     await serving.serve(
-        serving.Listener(runner, host, port),
+        *listeners,
         started=started,
         stopping="stopping: answering every long poll, then closing",
     )

@@ -56,11 +56,17 @@ class ServerSettings:
 
     host: str = "127.0.0.1"
     port: int = 8080
+    # The probes' own listener (None: none; the probes are on the lock port only): the kubelet's probes
+    # there cannot be failed by a flood of the lock port, which every pod of the node can reach.
+    probe_host: str | None = None
+    probe_port: int = 0
     shutdown_timeout: float = 5.0
-    # A connection must send a whole request within this, and an idle keep-alive connection is closed
-    # after it (a slow client cannot hold a connection open).
+    # A connection must send each whole request (head and body) within this, and an idle keep-alive
+    # connection is closed after it (a slow client cannot hold a connection open).
     header_timeout: float = 10.0
-    max_body: int = 1024 * 1024
+    # lockd reads no request body (asks and releases are in the query): a few KiB keep what a flood of
+    # connections can make it hold at 2048 connections to a few MiB.
+    max_body: int = 4096
     # Connections open at once: every pod of the node may reach lockd's host port, so a flood is bounded
     # (about 17 KiB each while idle); far above a node's pods, each waiting with one long poll.
     max_connections: int = 2048
@@ -117,18 +123,18 @@ class TokenSettings:
     token_review_timeout: float = 5.0
     token_review_burst: int = 20  # reviews allowed at once on the node ...
     token_review_fill: float = 0.1  # ... then one more every this many seconds
-    token_cache_entries: int = 4096
-
-
-@dataclass(frozen=True)
-class GroupSettings:
-    """The controller's group pacer service, asked for pods in staggering groups."""
     # Each caller address's own budget of new tokens, below the node's: made-up tokens cost their sender.
     # A token the API server accepts is given back, so pods sharing the node's address (hostNetwork)
     # are held back only while more than this many ask at the same moment.
     token_review_caller_burst: int = 10
     token_review_caller_fill: float = 0.5
     token_review_callers: int = 1024  # caller addresses remembered (the least recently seen forgotten)
+    token_cache_entries: int = 4096
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The controller's group pacer service, asked for pods in staggering groups."""
 
     controller_url: str | None = None
     controller_token_file: Path | None = None
@@ -201,7 +207,11 @@ OPTIONS: tuple[Option, ...] = (
            "time allowed to finish requests on SIGTERM (default 5s)", seconds(), "DURATION"),
     options.HEADER_TIMEOUT,
     Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
-           "largest request body in bytes; larger gets 413 (default 1048576)", whole(0), "BYTES"),
+           "largest request body in bytes; larger gets 413 before it is read (default 4096: lockd reads "
+           "none)", whole(0), "BYTES"),
+    Option("--probe-listen", ("STAGGER_PROBE_LISTEN",), "probe_listen",
+           "address of a listener of its own for /healthz and /readyz (the kubelet's probes), apart from "
+           "the lock port's traffic (default: none; the chart sets it)", host_port, "HOST:PORT"),
     Option("--max-connections", ("STAGGER_MAX_CONNECTIONS",), "max_connections",
            "connections open at once; beyond, the oldest idle one is closed for a new one, or the new one "
            "refused when all are busy (default 2048)", whole(16), "N"),
@@ -221,6 +231,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--token-cache", ("STAGGER_TOKEN_CACHE",), "token_cache",
            "how long the API server's answer about a token is reused (default 5m; never past the token's "
            "expiry)", seconds(), "DURATION"),
+    Option("--token-review-caller-burst", ("STAGGER_TOKEN_REVIEW_CALLER_BURST",), "token_review_caller_burst",
+           "new tokens one caller address may have reviewed at once; beyond, 503 with Retry-After for a pod "
+           "that must show its token (default 10; a token the API server accepts is given back)", whole(1),
+           "N"),
+    Option("--token-review-caller-fill", ("STAGGER_TOKEN_REVIEW_CALLER_FILL",), "token_review_caller_fill",
+           "... then one more every this long (default 0.5s)", seconds(), "DURATION"),
+    Option("--token-review-callers", ("STAGGER_TOKEN_REVIEW_CALLERS",), "token_review_callers",
+           "caller addresses whose token budgets are remembered; the least recently seen is forgotten for "
+           "a new one (default 1024)", whole(1), "N"),
     Option("--controller-url", ("STAGGER_CONTROLLER_URL",), "controller_url",
            "cluster mode: the controller's group pacer service, e.g. https://stagger-controller.stagger:8443",
            http_url, "URL"),
@@ -231,15 +250,6 @@ OPTIONS: tuple[Option, ...] = (
     Option("--controller-ca-file", ("STAGGER_CONTROLLER_CA_FILE",), "controller_ca_file",
            "CA certificate (PEM) that signed the controller's serving certificate (default: the system's CAs)",
            file_path, "FILE"),
-    Option("--token-review-caller-burst", ("STAGGER_TOKEN_REVIEW_CALLER_BURST",), "token_review_caller_burst",
-           "new tokens one caller address may have reviewed at once; beyond, 503 with Retry-After for a pod "
-           "that must show its token (default 10; a token the API server accepts is given back)", whole(1),
-           "N"),
-    Option("--token-review-caller-fill", ("STAGGER_TOKEN_REVIEW_CALLER_FILL",), "token_review_caller_fill",
-           "... then one more every this long (default 0.5s)", seconds(), "DURATION"),
-    Option("--token-review-callers", ("STAGGER_TOKEN_REVIEW_CALLERS",), "token_review_callers",
-           "caller addresses whose token budgets are remembered; the least recently seen is forgotten for "
-           "a new one (default 1024)", whole(1), "N"),
     Option("--group-wait", ("STAGGER_GROUP_WAIT",), "group_wait",
            "length of the node's long poll to the controller that says which held pods may go (default 30s, "
            "at most 60s)", seconds(), "DURATION"),
@@ -276,12 +286,16 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Flags win over environment variables, which win over the defaults."""
     values = COMMAND.read(argv, environ)
     options.split_host_port(values, "listen", host="host", port="port")
+    options.split_host_port(values, "probe_listen", host="probe_host", port="probe_port")
     values["events"] = not values.pop("no_events", False)
     values.setdefault("node_name", socket.gethostname())
     own_namespace, own_name = environ.get("POD_NAMESPACE"), environ.get("POD_NAME")
     if own_namespace and own_name:
         values["own_pod"] = (own_namespace, own_name)
     settings = grouped(Settings, values)
+    server = settings.server
+    if (server.host, server.port) == (server.probe_host, server.probe_port) and server.port != 0:
+        raise SettingsError(f"--probe-listen: must differ from --listen (both {server.host}:{server.port})")
     if settings.queue.state_file is not None and not settings.standalone:
         raise SettingsError(
             "--state-file: only for --standalone (in a cluster, lockd rebuilds its slots from the pods)"

@@ -3,8 +3,9 @@ graceful shutdown. lockd and the controller both serve through this.
 
 Their ports face whole clusters (lockd's a host port every pod of the node can reach), so the server
 itself is hardened:
-- a connection must send a whole request within `header_timeout` (aiohttp's keep-alive timer, which
-  also runs from the moment a connection is made), so a slow client cannot hold connections open;
+- every connection comes in through a `stagger.framing.Door`: one deadline for each whole request, its
+  head and body capped before they are buffered, a bounded number of connections, and what a closed
+  connection held freed at once;
 - a request whose connection closes is cancelled (aiohttp's handler cancellation): a long-polling waiter
   that went away stops at once;
 - malformed HTTP gets a JSON 400 like every other error, and one warning line in the log, not a
@@ -27,18 +28,17 @@ import ssl
 from asyncio import sslproto
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_protocol import RequestHandler
 
+from stagger import framing
 from stagger.contracts.errors import ErrorBody
 
 __all__ = [
-    "ConnectionLimit",
-    "Front",
-    "FrontFactory",
+    "PROBE_BOUNDS",
     "ListenError",
     "Listener",
     "Runner",
@@ -92,38 +92,11 @@ def _without_data(message: str) -> str:
     return kept.rstrip(": ")[:200] or "malformed request"
 
 
-@dataclass
-class ConnectionLimit:
-    """At most `most` connections open at once. When one more arrives, the oldest connection with no
-    request in progress (a flood's idle connection, or a keep-alive one between requests) is closed to
-    make room, so that a probe still gets in; when every connection has a request in progress (long polls:
-    pods waiting keep their places), the new one is refused at once, closed before it is read. Each is
-    reported to `shed` ("idleClosed", "refused")."""
-
-    most: int
-    shed: Callable[[str], None] = lambda why: None
-
-
-class Front(Protocol):
-    """What answers a connection before aiohttp does (lockd's long-poll front door, `lockd.longpoll`): a
-    protocol factory that serves some requests itself and hands the others to aiohttp's protocol; it holds
-    its own connections through the runner's shutdown."""
-
-    def __call__(self) -> asyncio.Protocol: ...
-
-    def pre_shutdown(self) -> None: ...
-
-    async def shutdown(self, grace: float | None) -> None: ...
-
-
-FrontFactory = Callable[[Callable[[], RequestHandler]], Front]
-"""Makes the front, given the factory of aiohttp's own protocol (for the connections it hands over)."""
-
-
 class _JsonErrorServer(web.Server):
+    """aiohttp's server whose connections each start at a `framing.Door` (set by `Runner`)."""
+
     owner = "the server"
-    limit: ConnectionLimit | None = None
-    front: Front | None = None
+    door: framing.Door | None = None
 
     def handler(self) -> RequestHandler:
         """aiohttp's protocol for one connection, answering malformed HTTP with JSON."""
@@ -132,88 +105,96 @@ class _JsonErrorServer(web.Server):
         return handler
 
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
-        return self.front() if self.front is not None else self.handler()
+        assert self.door is not None
+        return self.door()
 
     def pre_shutdown(self) -> None:
-        if self.front is not None:
-            self.front.pre_shutdown()
+        if self.door is not None:
+            self.door.pre_shutdown()
         super().pre_shutdown()
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - aiohttp's signature
-        if self.front is not None:
-            await self.front.shutdown(timeout)
+        if self.door is not None:
+            await self.door.shutdown(timeout)
         await super().shutdown(timeout)
-
-    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
-        limit = self.limit
-        if limit is None or len(self._connections) <= limit.most:
-            return
-        # Oldest first (the dict keeps the order connections came in); aiohttp's own flag says whether
-        # a request is being read or handled on it.
-        idle = next(
-            (
-                (other, open_transport)
-                for other, open_transport in self._connections.items()
-                if other is not handler and not other._request_in_progress
-            ),
-            None,
-        )
-        if idle is not None:
-            idle[1].abort()
-            limit.shed("idleClosed")
-        else:
-            transport.abort()
-            limit.shed("refused")
 
 
 class Runner(web.AppRunner):
-    """An AppRunner whose connections answer malformed HTTP with JSON (see the module docstring), and
-    that holds at most `limit` connections (None: no limit). `owner` names the process in the reason of
-    a 500 ("see lockd's log")."""
+    """An AppRunner whose every connection comes in through a `framing.Door` with `bounds` (see the
+    module docstring of `stagger.framing`), and answers malformed HTTP with JSON. `owner` names the
+    process in the reason of a 500 ("see lockd's log")."""
 
     def __init__(
         self,
         app: web.Application,
         *,
+        bounds: framing.Bounds,
         owner: str = "the server",
-        limit: ConnectionLimit | None = None,
-        front: FrontFactory | None = None,
+        local: framing.Local | None = None,
+        shed: Callable[[str], None] | None = None,
+        refused: Callable[[int], None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(app, **kwargs)
         self._owner = owner
-        self._limit = limit
-        self._front = front
+        self._local = local
+        self._shed = shed
+        self._refused = refused
+        self.bounds = bounds
+        self.door: framing.Door | None = None
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _JsonErrorServer
         ours = cast(_JsonErrorServer, server)
         ours.owner = self._owner
-        ours.limit = self._limit
-        if self._front is not None:
-            ours.front = self._front(ours.handler)
+        most = self.bounds.max_connections
+        self.door = ours.door = framing.Door(
+            bounds=self.bounds,
+            aiohttp_protocol=ours.handler,
+            limit=None if most is None else framing.ConnectionLimit(most=most, shed=self._shed or _no_shed),
+            local=self._local,
+            access_log=self._kwargs.get("access_log"),
+            refused=self._refused or _no_refusal,
+        )
         return server
+
+
+PROBE_BOUNDS = framing.Bounds(request_timeout=5.0, max_body=1024, max_connections=64)
+"""A probe listener's (`--probe-listen`): the kubelet and Prometheus ask now and then, with no body."""
+
+
+def _no_shed(why: str) -> None:
+    pass
+
+
+def _no_refusal(status: int) -> None:
+    pass
 
 
 def make_runner(
     app: web.Application,
     *,
-    header_timeout: float,
+    bounds: framing.Bounds,
     shutdown_timeout: float,
     access_log: logging.Logger | None,
     owner: str = "the server",
-    limit: ConnectionLimit | None = None,
-    front: FrontFactory | None = None,
+    local: framing.Local | None = None,
+    shed: Callable[[str], None] | None = None,
+    refused: Callable[[int], None] | None = None,
 ) -> Runner:
+    """The runner of one listener: `shed` and `refused` count the connections the limit closed and the
+    requests the door refused (by status), for the process's metrics."""
     return Runner(
         app,
+        bounds=bounds,
         owner=owner,
-        limit=limit,
-        front=front,
+        local=local,
+        shed=shed,
+        refused=refused,
         handler_cancellation=True,
-        keepalive_timeout=header_timeout,
+        # aiohttp closes a connection idle this long after its answer; the door bounds each request.
+        keepalive_timeout=bounds.request_timeout,
         shutdown_timeout=shutdown_timeout,
         access_log=access_log,
     )
@@ -252,10 +233,41 @@ class Listener:
         return str(address[0]), int(address[1])
 
 
+class _Site(web.TCPSite):
+    """aiohttp's TCPSite, with a bound on the TLS handshake: asyncio's default is 60 s, and a connection
+    still shaking hands is not yet the door's to bound, so a flood of slow handshakes would hold that long."""
+
+    def __init__(self, listener: Listener, *, handshake_timeout: float) -> None:
+        super().__init__(
+            listener.runner,
+            listener.host,
+            listener.port,
+            ssl_context=listener.ssl_context,
+            reuse_address=True,
+        )
+        self._handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner, as TCPSite.start does first
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            ssl_handshake_timeout=self._handshake_timeout if self._ssl_context is not None else None,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
 async def _start(listener: Listener) -> None:
-    site = web.TCPSite(
-        listener.runner, listener.host, listener.port, ssl_context=listener.ssl_context, reuse_address=True
-    )
+    runner = listener.runner
+    timeout = runner.bounds.request_timeout if isinstance(runner, Runner) else 60.0
+    site = _Site(listener, handshake_timeout=timeout)
     try:
         await site.start()
     except OSError as err:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
 
-from stagger import kube, serving, startup
+from stagger import framing, kube, serving, startup
 from webhook import app as controller_app
 from webhook import controller
 from webhook.settings import Settings, parse_settings
@@ -28,13 +28,23 @@ def banner(settings: Settings, main: serving.Listener, probes: serving.Listener)
     )
 
 
-def _runner(app: web.Application, *, settings: Settings, access_log: logging.Logger | None) -> serving.Runner:
+def _runner(
+    app: web.Application,
+    *,
+    settings: Settings,
+    bounds: framing.Bounds,
+    access_log: logging.Logger | None,
+    shed: Callable[[str], None] | None = None,
+    refused: Callable[[int], None] | None = None,
+) -> serving.Runner:
     return serving.make_runner(
         app,
-        header_timeout=settings.server.header_timeout,
+        bounds=bounds,
         shutdown_timeout=settings.server.shutdown_timeout,
         access_log=access_log,
         owner="the controller",
+        shed=shed,
+        refused=refused,
     )
 
 
@@ -44,14 +54,33 @@ def serve(settings: Settings, application: web.Application) -> Coroutine[Any, An
     access_log = logging.getLogger("webhook.access") if settings.log_level == "debug" else None
     serving.set_tls_read_buffer(settings.server.tls_read_buffer)
     certificate = application.get(controller_app.CERTIFICATE)
+    server, metrics = settings.server, application[controller_app.METRICS]
+    main_bounds = framing.Bounds(
+        request_timeout=server.header_timeout,
+        max_body=server.max_body,
+        max_connections=server.max_connections,
+        body_budget=server.body_budget,
+    )
     main_listener = serving.Listener(
-        _runner(application, settings=settings, access_log=access_log),
+        _runner(
+            application,
+            settings=settings,
+            bounds=main_bounds,
+            access_log=access_log,
+            shed=lambda why: metrics.connections_shed.labels(why).inc(),
+            refused=lambda status: metrics.requests_refused.labels(str(status)).inc(),
+        ),
         settings.server.host,
         settings.server.port,
         ssl_context=certificate.context if certificate is not None else None,
     )
     probe_listener = serving.Listener(
-        _runner(controller_app.make_probe_app(application), settings=settings, access_log=access_log),
+        _runner(
+            controller_app.make_probe_app(application),
+            settings=settings,
+            bounds=serving.PROBE_BOUNDS,
+            access_log=access_log,
+        ),
         settings.server.probe_host,
         settings.server.probe_port,
     )

@@ -71,6 +71,22 @@ class Metrics:
             ["route", "code"],
             registry=r,
         )
+        self.connections_shed = _counter(
+            "stagger_controller_connections_shed",
+            "Connections shed at --max-connections, by why: idleClosed (the oldest connection without a "
+            "request being served closed for a new one), refused (all busy: the new one closed at once).",
+            "why",
+            registry=r,
+            values=("idleClosed", "refused"),
+        )
+        self.requests_refused = _counter(
+            "stagger_controller_requests_refused",
+            "Requests refused on the TLS listener before any handler, by HTTP status: 408 (not whole "
+            "within --header-timeout), 411 (a chunked body), 413 (a body over --max-body), 431 (a head over "
+            "8 KiB), 503 (--body-budget taken), 400 (a bad Content-Length).",
+            "status",
+            registry=r,
+        )
         self.admission_seconds = Histogram(
             "stagger_controller_admission_seconds",
             "Time to answer one AdmissionReview, from the handler's start to the encoded answer.",

@@ -43,6 +43,10 @@ __all__ = ["COMMAND", "DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_TLS_READ_BUFFER = 16 * 1024
 
+# Bodies being received at once, all callers together (a quarter of it per caller address): the API
+# server's reviews of a burst of pods (tens of KiB each) fit many times over, while slow 3 MiB bodies from a
+# hostile pod cannot add up past the controller's memory limit.
+DEFAULT_BODY_BUDGET = 64 * 1024 * 1024
 
 def default_identity() -> str:
     """The leader election identity without --identity or POD_NAME: this host's name plus a random
@@ -100,6 +104,9 @@ class ServerSettings:
     header_timeout: float = 10.0
     max_body: int = DEFAULT_MAX_BODY
     # Per TLS connection (asyncio's own is 256 KiB): one TLS record, so 5,000 nodes' long polls fit.
+    body_budget: int = DEFAULT_BODY_BUDGET
+    # Every node's lockd keeps one long poll open to the controller: room for 5,000 nodes and more.
+    max_connections: int = 8192
     tls_read_buffer: int = DEFAULT_TLS_READ_BUFFER
 
 
@@ -227,6 +234,13 @@ OPTIONS: tuple[Option, ...] = (
            f"bytes each TLS connection reads with (default {DEFAULT_TLS_READ_BUFFER}, one TLS record; asyncio's "
            "own is 262144, which costs 256 KiB for every node's open long poll)", whole(1024, maximum=1 << 20),
            "BYTES"),
+    Option("--body-budget", ("STAGGER_BODY_BUDGET",), "body_budget",
+           f"bytes of request bodies being received at once, a quarter of it per caller address; beyond, 503 "
+           f"with Retry-After before the body is read (default {DEFAULT_BODY_BUDGET})", whole(1024), "BYTES"),
+    Option("--max-connections", ("STAGGER_MAX_CONNECTIONS",), "max_connections",
+           "connections open at once on the admission and group API port; beyond, the oldest idle one is "
+           "closed for a new one, or the new one refused when all are busy (default 8192: each node's lockd "
+           "keeps one open)", whole(16), "N"),
     options.LOG_LEVEL,
     Option("--no-leader-elect", ("STAGGER_NO_LEADER_ELECT",), "no_leader_elect",
            "run as the only replica: always the leader, no Lease (for one replica; two would both grant)",

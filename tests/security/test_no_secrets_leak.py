@@ -305,10 +305,11 @@ async def _malformed_requests(cluster: SimCluster, *, release_token: str, grant_
         f"X-Stagger-Release-Token : {release_token}",
         f"X-Stagger-Release-Token: {release_token}\x00",
         f"Authorization {release_token}",
-        f"X-Stagger-Release-Token: {release_token}{'0' * 9000}",  # longer than aiohttp reads
+        f"X-Stagger-Release-Token: {release_token}{'0' * 9000}",  # longer than the door reads: 431
     ):
         answer = await _malformed(host=lockd.host, port=lockd.port, secret_header=header, ssl_context=None)
-        assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), answer
+        status_line = answer.split(b"\r\n", 1)[0]
+        assert status_line.endswith((b" 400 Bad Request", b" 431 Request Header Fields Too Large")), answer
     controller = cluster.controller
     assert controller is not None
     context = ssl.create_default_context(cafile=str(controller.ca_file))
