@@ -104,7 +104,12 @@ def install(
 ) -> None:
     """Add the group part to the controller's TLS app (routes, background work, readiness, /status).
     With `config` None (no API server), the routes answer 503 and `/status` says why."""
-    pacing = Pacing(names=app[ADMISSION].names, policies={p.name: p for p in app[ADMISSION].policies})
+    pacing = Pacing(
+        names=app[ADMISSION].names,
+        policies={p.name: p for p in app[ADMISSION].policies},
+        claim_confirm_timeout=app[SETTINGS].groups.claim_confirm_timeout,
+        lapsed=lambda count: app[METRICS].claims_lapsed.inc(count),
+    )
     app[GROUPS] = Groups(pacing=pacing)
     app.router.add_post(contract.GRANT_PATH, grant)
     app.router.add_post(contract.WAIT_PATH, wait)

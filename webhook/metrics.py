@@ -150,6 +150,13 @@ class Metrics:
             "Places counted for pods not seen yet (evict mode): owners' reservations and admissions.",
             registry=r,
         )
+        self.claims_lapsed = Counter(
+            "stagger_controller_claims_lapsed",
+            "Places evict-mode admission claimed for pods it let through that lapsed because the pod never "
+            "showed in the controller's pod watch within --claim-confirm-timeout: reviews for pods never "
+            "created (forged, or refused by a later webhook), or a watch running late.",
+            registry=r,
+        )
         self.group_pods = Gauge(
             "stagger_controller_group_pods",
             "Pods of all staggering groups, by state: ready, starting, held (a pod in two groups counts twice).",

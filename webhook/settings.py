@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagger import options
+from stagger.groupbook import CLAIM_CONFIRM_SECONDS
 from stagger.names import DEFAULT_PREFIX, DEFAULT_TOKEN_AUDIENCE
 from stagger.objectnames import (
     DNS1123_LABEL_MAX,
@@ -42,11 +43,11 @@ __all__ = ["COMMAND", "DEFAULT_MAX_BODY", "OPTIONS", "Settings", "SettingsError"
 # is no larger than that.
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 DEFAULT_TLS_READ_BUFFER = 16 * 1024
-
 # Bodies being received at once, all callers together (a quarter of it per caller address): the API
 # server's reviews of a burst of pods (tens of KiB each) fit many times over, while slow 3 MiB bodies from a
 # hostile pod cannot add up past the controller's memory limit.
 DEFAULT_BODY_BUDGET = 64 * 1024 * 1024
+
 
 def default_identity() -> str:
     """The leader election identity without --identity or POD_NAME: this host's name plus a random
@@ -103,10 +104,10 @@ class ServerSettings:
     # after it.
     header_timeout: float = 10.0
     max_body: int = DEFAULT_MAX_BODY
-    # Per TLS connection (asyncio's own is 256 KiB): one TLS record, so 5,000 nodes' long polls fit.
     body_budget: int = DEFAULT_BODY_BUDGET
     # Every node's lockd keeps one long poll open to the controller: room for 5,000 nodes and more.
     max_connections: int = 8192
+    # Per TLS connection (asyncio's own is 256 KiB): one TLS record, so 5,000 nodes' long polls fit.
     tls_read_buffer: int = DEFAULT_TLS_READ_BUFFER
 
 
@@ -157,6 +158,9 @@ class GroupSettings:
     # Evict mode: how long an owner's reservation lasts is groupbook.RESERVATION_SECONDS; how long to wait
     # before evicting a pod again after the API server refused (429 without Retry-After, 5xx).
     eviction_backoff: float = 5.0
+    # Evict mode: a place admission claims for a pod lapses this long after unless the pod shows in the
+    # pod watch (the review may name a pod never created: admission takes no credentials).
+    claim_confirm_timeout: float = CLAIM_CONFIRM_SECONDS
 
 
 @dataclass(frozen=True)
@@ -230,10 +234,6 @@ OPTIONS: tuple[Option, ...] = (
     Option("--max-body", ("STAGGER_MAX_BODY",), "max_body",
            f"largest request body in bytes; larger gets 413 (default {DEFAULT_MAX_BODY}: the API server "
            "sends objects of at most about 3 MiB)", whole(1024), "BYTES"),
-    Option("--tls-read-buffer", ("STAGGER_TLS_READ_BUFFER",), "tls_read_buffer",
-           f"bytes each TLS connection reads with (default {DEFAULT_TLS_READ_BUFFER}, one TLS record; asyncio's "
-           "own is 262144, which costs 256 KiB for every node's open long poll)", whole(1024, maximum=1 << 20),
-           "BYTES"),
     Option("--body-budget", ("STAGGER_BODY_BUDGET",), "body_budget",
            f"bytes of request bodies being received at once, a quarter of it per caller address; beyond, 503 "
            f"with Retry-After before the body is read (default {DEFAULT_BODY_BUDGET})", whole(1024), "BYTES"),
@@ -241,6 +241,10 @@ OPTIONS: tuple[Option, ...] = (
            "connections open at once on the admission and group API port; beyond, the oldest idle one is "
            "closed for a new one, or the new one refused when all are busy (default 8192: each node's lockd "
            "keeps one open)", whole(16), "N"),
+    Option("--tls-read-buffer", ("STAGGER_TLS_READ_BUFFER",), "tls_read_buffer",
+           f"bytes each TLS connection reads with (default {DEFAULT_TLS_READ_BUFFER}, one TLS record; asyncio's "
+           "own is 262144, which costs 256 KiB for every node's open long poll)", whole(1024, maximum=1 << 20),
+           "BYTES"),
     options.LOG_LEVEL,
     Option("--no-leader-elect", ("STAGGER_NO_LEADER_ELECT",), "no_leader_elect",
            "run as the only replica: always the leader, no Lease (for one replica; two would both grant)",
@@ -282,6 +286,12 @@ OPTIONS: tuple[Option, ...] = (
            "evict mode: wait at least this long before evicting a pod again after the API server refused "
            "(429 without Retry-After, 5xx, no answer); doubled each time, up to 1m (default 5s)",
            seconds(at_most=60.0), "DURATION"),
+    Option("--claim-confirm-timeout", ("STAGGER_CLAIM_CONFIRM_TIMEOUT",), "claim_confirm_timeout",
+           "evict mode: a place admission claims for a pod it lets through lapses (counted in "
+           "stagger_controller_claims_lapsed_total) unless the pod shows in the controller's pod watch "
+           f"within this long; a review for a pod never created then holds no place for long (default "
+           f"{CLAIM_CONFIRM_SECONDS:g}s; longer than the API server takes to persist a pod and the watch to "
+           "bring it)", seconds(at_most=60.0), "DURATION"),
 )  # fmt: skip
 
 

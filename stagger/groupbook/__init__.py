@@ -17,8 +17,11 @@ all pods:
   reservation is made when the leader evicts a held pod: its owner's replacement is let through at
   admission against it (`take_owner_claim`), carrying the first hold time of the chain. An admission
   claim is made when admission lets a new pod through (`admit`) before the watch has brought it. A claim
-  ends when a pod carrying its id (the ticket annotation) is in the book, or after RESERVATION_SECONDS:
-  an evicted pod not replaced in that time frees its place. A replacement held anyway (admission got no
+  ends when a pod carrying its id (the ticket annotation) is in the book, or when it lapses: an owner's
+  reservation RESERVATION_SECONDS after the eviction (an evicted pod not replaced in that time frees its
+  place), a claim admission took after the confirm timeout (CLAIM_CONFIRM_SECONDS by default), since
+  admission takes no credentials and the review may name a pod that is never created. An owner's
+  reservation taken by such a review is the owner's again when the taken claim lapses. A replacement held anyway (admission got no
   answer from the leader) goes against its owner's reservation (`owner_claim`): reserving it takes the
   reservation, and its eviction makes the owner's next one, so a place is never counted twice.
 
@@ -42,6 +45,7 @@ from stagger.groupbook.decisions import admit, decide, grantable
 from stagger.groupbook.grantable_index import GrantableIndex
 from stagger.groupbook.pods import controller_of, controller_uid, record_from_pod
 from stagger.groupbook.records import (
+    CLAIM_CONFIRM_SECONDS,
     DEFAULT_START_TIMEOUT,
     DENIED_RETRY_SECONDS,
     RESERVATION_SECONDS,
@@ -57,6 +61,7 @@ from stagger.groupbook.records import (
 )
 
 __all__ = [
+    "CLAIM_CONFIRM_SECONDS",
     "DEFAULT_START_TIMEOUT",
     "DENIED_RETRY_SECONDS",
     "RESERVATION_SECONDS",

@@ -14,6 +14,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from stagger.groupbook.records import (
+    CLAIM_CONFIRM_SECONDS,
     DEFAULT_START_TIMEOUT,
     RESERVATION_SECONDS,
     Claim,
@@ -56,7 +57,9 @@ class _PairState:
 @dataclass
 class GroupBook:
     """Every pod of every staggering group, by pair. Mutated only through upsert, remove, reserve, unreserve and
-    expire; every method that takes `now` first lets reservations older than RESERVATION_SECONDS lapse."""
+    expire; every method that takes `now` first lets reservations older than RESERVATION_SECONDS, and
+    claims past their `lapses_at`, lapse. `claims_lapsed` counts the claims admission took that lapsed
+    before their pod showed (a caller compares it with the count it saw last)."""
 
     _records: dict[PodKey, PodRecord] = field(default_factory=dict, init=False)
     _pairs: dict[Pair, _PairState] = field(default_factory=dict, init=False)
@@ -65,7 +68,8 @@ class GroupBook:
     # Waiting pods with no pair to wait for (held by hand although bypassed everywhere): in no queue.
     _unqueued: dict[PodKey, None] = field(default_factory=dict, init=False)
     _claims: dict[str, Claim] = field(default_factory=dict, init=False)
-    _claim_order: Any = field(default_factory=SortedList, init=False)  # (since, id)
+    _claim_order: Any = field(default_factory=SortedList, init=False)  # (lapses_at, id)
+    claims_lapsed: int = field(default=0, init=False)
     _owner_claims: dict[str, list[str]] = field(default_factory=dict, init=False)  # untaken, oldest first
     # Evict-mode holds of pods with an owner (waiting, reserved or not), numbered in the order the book
     # got them: key -> (owner, uid, arrival), and by owner (arrival, key).
@@ -137,8 +141,13 @@ class GroupBook:
         return int(state.waiting.bisect_left(entry)) - int(state.reserved.bisect_left(entry))
 
     def claims(self) -> list[Claim]:
-        """Every claim, oldest first (for /status)."""
+        """Every claim, the first to lapse first (for /status)."""
         return [self._claims[claim_id] for _, claim_id in self._claim_order]
+
+    def next_lapse(self) -> float | None:
+        """When the first claim lapses unless its pod shows first (None: no claims). O(1)."""
+        order = self._claim_order
+        return float(order[0][0]) if order else None
 
     def owner_claims(self, owner: str) -> int:
         """Reservations of `owner` not taken yet."""
@@ -276,7 +285,11 @@ class GroupBook:
             self._add_claim(claim)
 
     def expire(self, now: float) -> None:
-        """Let reservations and claims made RESERVATION_SECONDS or more before `now` lapse."""
+        """Let reservations made RESERVATION_SECONDS or more before `now`, and claims whose `lapses_at`
+        is not after `now`, lapse. A claim admission took lapses unconfirmed: counted in
+        `claims_lapsed`, and the owner's reservation it took, if any, is the owner's again (a review
+        that names a pod never created does not use up the reservation of the real replacement).
+        O(log n) per lapse."""
         order = self._reservation_order
         while order and order[0][0] <= now - RESERVATION_SECONDS:
             reserved_at, key = order[0]
@@ -285,8 +298,13 @@ class GroupBook:
             self._forget_reservation(key, reserved_at)
             self._index(record, reserved=False)
         claims = self._claim_order
-        while claims and claims[0][0] <= now - RESERVATION_SECONDS:
-            self._drop_claim(claims[0][1])
+        while claims and claims[0][0] <= now:
+            claim = self._claims[claims[0][1]]
+            self._drop_claim(claim.id)
+            if claim.taken:
+                self.claims_lapsed += 1
+                if claim.taken_from is not None and claim.taken_from.lapses_at > now:
+                    self._add_claim(claim.taken_from)
 
     def claim(
         self,
@@ -298,9 +316,11 @@ class GroupBook:
         taken: bool,
         claim_id: str | None = None,
         after: int = 0,
+        confirm_within: float = CLAIM_CONFIRM_SECONDS,
     ) -> Claim:
         """Count a place in `pairs` for a pod not in the book yet (see `Claim`). A new random id unless
-        `claim_id` is given."""
+        `claim_id` is given. A `taken` claim (admission's) lapses `confirm_within` seconds from `now`
+        unless its pod shows first; an owner's reservation, RESERVATION_SECONDS from `now`."""
         self.expire(now)
         claim = Claim(
             id=claim_id or secrets.token_hex(8),
@@ -309,21 +329,27 @@ class GroupBook:
             first_held=first_held,
             since=now,
             taken=taken,
+            lapses_at=now + (confirm_within if taken else RESERVATION_SECONDS),
             after=after,
         )
         self._add_claim(claim)
         return claim
 
-    def take_owner_claim(self, owner: str, *, now: float) -> Claim | None:
+    def take_owner_claim(
+        self, owner: str, *, now: float, confirm_within: float = CLAIM_CONFIRM_SECONDS
+    ) -> Claim | None:
         """The oldest reservation of `owner`, now taken by a pod admission lets through (it counts until
-        that pod shows in the book, RESERVATION_SECONDS at most from now); None when it has none."""
+        that pod shows in the book); None when it has none. Unconfirmed `confirm_within` seconds from now,
+        it is the owner's reservation again (see `expire`)."""
         self.expire(now)
         waiting = self._owner_claims.get(owner)
         if not waiting:
             return None
         old = self._claims[waiting[0]]
         self._drop_claim(old.id)
-        taken = dataclasses.replace(old, since=now, taken=True)
+        taken = dataclasses.replace(
+            old, since=now, taken=True, lapses_at=now + confirm_within, taken_from=old
+        )
         self._add_claim(taken)
         return taken
 
@@ -355,7 +381,7 @@ class GroupBook:
 
     def _add_claim(self, claim: Claim) -> None:
         self._claims[claim.id] = claim
-        self._claim_order.add((claim.since, claim.id))
+        self._claim_order.add((claim.lapses_at, claim.id))
         if not claim.taken:
             waiting = self._owner_claims.setdefault(claim.owner, [])
             # Oldest first; a claim given back (`unreserve`) may be older than the newest.
@@ -372,7 +398,7 @@ class GroupBook:
 
     def _drop_claim(self, claim_id: str) -> None:
         claim = self._claims.pop(claim_id)
-        self._claim_order.remove((claim.since, claim_id))
+        self._claim_order.remove((claim.lapses_at, claim_id))
         if not claim.taken:
             waiting = self._owner_claims[claim.owner]
             waiting.remove(claim_id)

@@ -11,6 +11,7 @@ from stagger import pacers
 from stagger.durations import format_duration
 from stagger.groupbook.book import GroupBook
 from stagger.groupbook.records import (
+    CLAIM_CONFIRM_SECONDS,
     DENIED_RETRY_SECONDS,
     MIN_RETRY_SECONDS,
     UNKNOWN_RETRY_SECONDS,
@@ -139,9 +140,13 @@ def admit(
     owner: str,
     now: float,
     dry_run: bool = False,
+    confirm_within: float = CLAIM_CONFIRM_SECONDS,
 ) -> AdmitDecision:
     """Evict mode, at admission: may a new pod in `pacer_groups` (counting in `bypassed_groups` too) start
     now, or is it held? On a yes the place is claimed (unless `dry_run`) and its id is the pod's ticket.
+    The claim is provisional: unless the pod shows in the book within `confirm_within` seconds it lapses
+    (`GroupBook.expire`), so a review for a pod that is never created holds no place for long. Costs
+    O(pairs x log n).
 
     A pod whose owner has a reservation (one of its pods was evicted to let it start) goes against it,
     whatever the pacers say now: a replacement is never held again. Any other pod goes only when every
@@ -152,7 +157,7 @@ def admit(
         reason = "its owner's reservation: a held pod of the same owner was evicted to let it start"
         if dry_run:
             return AdmitDecision(admit=True, reason=reason, basis="reserved")
-        claim = book.take_owner_claim(owner, now=now)
+        claim = book.take_owner_claim(owner, now=now, confirm_within=confirm_within)
         assert claim is not None  # owner_claims said there is one
         return AdmitDecision(
             admit=True, reason=reason, basis="reserved", ticket=claim.id, held_since=claim.first_held
@@ -178,7 +183,12 @@ def admit(
     if dry_run:
         return AdmitDecision(admit=True, reason=reason, basis="paced")
     claim = book.claim(
-        pairs=tuple(pacer_groups) + tuple(bypassed_groups), owner="", first_held=None, now=now, taken=True
+        pairs=tuple(pacer_groups) + tuple(bypassed_groups),
+        owner="",
+        first_held=None,
+        now=now,
+        taken=True,
+        confirm_within=confirm_within,
     )
     return AdmitDecision(admit=True, reason=reason, basis="paced", ticket=claim.id)
 

@@ -10,6 +10,7 @@ from stagger.matching import Pair
 from stagger.policy import Hold
 
 __all__ = [
+    "CLAIM_CONFIRM_SECONDS",
     "DEFAULT_START_TIMEOUT",
     "DENIED_RETRY_SECONDS",
     "HOLDS",
@@ -46,6 +47,14 @@ PodKey = tuple[str, str]
 # reconciler) to patch the pod and for the watch to bring the change back, short enough that a grant
 # that was never recorded (lockd's patch failed) does not hold a place for long.
 RESERVATION_SECONDS = 60.0
+
+
+# An admission claim (evict mode: a pod let through, not in the book yet) lapses this long after it was
+# made unless the watch brings its pod first. The API server persists the pod right after the webhook
+# answers and the watch event follows, well under a second, a few under load; admission itself takes no
+# credentials, so a review for a pod that is never created must not hold its group's place for long.
+# The controller's --claim-confirm-timeout; this is its default.
+CLAIM_CONFIRM_SECONDS = 5.0
 
 
 # The policy file's default, for a pair whose policy is no longer in the file.
@@ -156,10 +165,15 @@ class Claim:
     `owner` (a controller's uid) and not `taken`: an owner's reservation, made by an eviction, waiting
     for the owner's replacement pod. `taken`: admission let a pod through against it (or took a free
     place for a new pod); it waits for that pod to show in the book with the ticket `id`. `first_held`:
-    when the first pod of the chain was held (None: never held). `since`: when it was made or taken; it
-    lapses RESERVATION_SECONDS later. `after`: the book's count of evict-mode holds when the evicted
-    pod was reserved (its release began): a pod of the owner held after that, while the reservation is
-    not taken, is the replacement admission held for want of an answer (`GroupBook.owner_claim`)."""
+    when the first pod of the chain was held (None: never held). `since`: when it was made or taken.
+    `lapses_at`: when it ends unless a pod ends it first: RESERVATION_SECONDS after an eviction made an
+    owner's reservation; the confirm timeout (CLAIM_CONFIRM_SECONDS by default) after admission took it,
+    as the review that took it may name a pod that is never created (a forged review, or one another
+    webhook then refused). `taken_from`: the owner's reservation a taken claim took; when the claim lapses
+    unconfirmed the reservation is the owner's again, until its own `lapses_at`. `after`: the book's
+    count of evict-mode holds when the evicted pod was reserved (its release began): a pod of the owner
+    held after that, while the reservation is not taken, is the replacement admission held for want of
+    an answer (`GroupBook.owner_claim`)."""
 
     id: str
     pairs: tuple[Pair, ...]
@@ -167,7 +181,9 @@ class Claim:
     first_held: float | None
     since: float
     taken: bool
+    lapses_at: float
     after: int = 0
+    taken_from: Claim | None = None
 
 
 @dataclass(frozen=True)

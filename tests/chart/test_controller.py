@@ -4,7 +4,8 @@ restricted securityContext, a grace period longer than --shutdown-timeout, anti-
 PodDisruptionBudget, the policy file shared with lockd, the two Services (admission to every replica; the
 leader Service selecting the leader label, which lockd's controller URL and the controller's own
 --leader-url name), --admit-timeout (shorter than the webhook's timeout), the token Secret mounted on both
-sides, the MutatingWebhookConfiguration's two webhooks (pods; jobs for evict mode, which a value turns off).
+sides, the MutatingWebhookConfiguration's two webhooks (pods, NoneOnDryRun: evict mode's claims skip dry runs;
+jobs for evict mode, which a value turns off).
 Its RBAC: test_rbac."""
 
 from __future__ import annotations
@@ -277,7 +278,6 @@ EITHER_WEBHOOK = [
     pytest.param("namespaceSelector", excluding(NAMESPACE, "kube-system"), id="namespaceSelector"),
     pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
     pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
-    pytest.param("sideEffects", "None", id="sideEffects"),
     pytest.param("admissionReviewVersions", ["v1"], id="admissionReviewVersions"),
     pytest.param("reinvocationPolicy", "IfNeeded", id="reinvocationPolicy"),
 ]
@@ -288,6 +288,9 @@ EITHER_WEBHOOK = [
     [
         pytest.param("name", f"pods.{PREFIX}", id="name"),
         *EITHER_WEBHOOK,
+        # Evict mode claims the pod's place at admission, and not for a dry run (the claim lapses unless
+        # the pod is created, too).
+        pytest.param("sideEffects", "NoneOnDryRun", id="sideEffects"),
         pytest.param("matchPolicy", "Equivalent", id="matchPolicy"),
         pytest.param(
             "rules",
@@ -325,6 +328,7 @@ JOBS_RULES = [
         pytest.param("name", f"jobs.{PREFIX}", id="name"),
         pytest.param("rules", JOBS_RULES, id="rules"),
         *EITHER_WEBHOOK,
+        pytest.param("sideEffects", "None", id="sideEffects"),
     ],
 )
 def test_jobs_webhook_configuration(field: str, expected: object) -> None:
@@ -332,6 +336,7 @@ def test_jobs_webhook_configuration(field: str, expected: object) -> None:
 
 
 def test_the_jobs_webhook_differs_from_the_pods_webhook_only_in_what_it_admits() -> None:
+    """And in its side effects: none at all (the pods webhook's evict-mode claims skip dry runs)."""
     hooks = webhooks()
     assert list(hooks) == ["pods", "jobs"]
     pods, jobs = hooks["pods"], hooks["jobs"]
@@ -339,7 +344,7 @@ def test_the_jobs_webhook_differs_from_the_pods_webhook_only_in_what_it_admits()
 
     def shared(hook: Doc) -> Doc:
         service = {k: v for k, v in hook["clientConfig"]["service"].items() if k != "path"}
-        rest = {k: v for k, v in hook.items() if k not in ("name", "rules", "clientConfig")}
+        rest = {k: v for k, v in hook.items() if k not in ("name", "rules", "clientConfig", "sideEffects")}
         return {**rest, "clientConfig": {**hook["clientConfig"], "service": service}}
 
     assert shared(jobs) == shared(pods)

@@ -1,6 +1,9 @@
 """`networkPolicy.enabled`: a NetworkPolicy for lockd and one for the controller that admit connections only on
 the ports each serves and let each reach only DNS, the API server (the ports and addresses given) and the
-controller's port; none without the value. (Enforcement is the network plugin's: the test bed's plugin does not
+controller's port; none without the value. The controller's TLS port (the group API and admission) admits
+lockd's pods, the controller's own (a replica forwarding an admission to the leader) and the API server's
+addresses (networkPolicy.apiServer.cidrs), not every pod; without those addresses it stays open (the API
+server is not a pod: admission would be cut off). (Enforcement is the network plugin's: the test bed's plugin does not
 enforce NetworkPolicy, so what is tested here is what the chart asks for.)"""
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.helm import CONTROLLER, FULLNAME, Doc, RenderError, render
+from tests.chart.helm import CONTROLLER, FULLNAME, RELEASE, Doc, RenderError, render
 
 Rule = dict[str, Any]
 
@@ -84,3 +87,33 @@ def test_without_the_charts_controller_only_lockd_has_one() -> None:
 def test_bad_values_are_refused(bad: str) -> None:
     with pytest.raises(RenderError, match="/networkPolicy/apiServer"):
         render("networkPolicy.enabled=true", jsons=(bad,))
+
+
+def controller_ingress(*sets: str, jsons: tuple[str, ...] = ()) -> dict[int, list[Rule] | None]:
+    """The controller policy's ingress: each port with the sources it admits (None: any)."""
+    found = policies(render("networkPolicy.enabled=true", *sets, jsons=jsons))
+    return {
+        port["port"]: rule.get("from")
+        for rule in found[CONTROLLER]["spec"]["ingress"]
+        for port in rule["ports"]
+    }
+
+
+def test_the_controller_s_tls_port_admits_lockd_the_replicas_and_the_api_server_only() -> None:
+    ingress = controller_ingress(jsons=('networkPolicy.apiServer.cidrs=["198.18.0.1/32","fd00::1/128"]',))
+    assert ingress[9090] is None  # probes and scrapes, from the nodes
+    sources = ingress[9443]
+    assert sources is not None
+    selectors = [source["podSelector"]["matchLabels"] for source in sources if "podSelector" in source]
+    assert selectors == [
+        {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "lockd"},
+        {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "controller"},
+    ]
+    # Pods of the release's namespace only (no namespaceSelector), and the API server's addresses.
+    assert all(set(source) <= {"podSelector", "ipBlock"} for source in sources)
+    blocks = [source["ipBlock"] for source in sources if "ipBlock" in source]
+    assert blocks == [{"cidr": "198.18.0.1/32"}, {"cidr": "fd00::1/128"}]
+
+
+def test_the_controller_s_tls_port_stays_open_without_the_api_server_s_addresses() -> None:
+    assert controller_ingress() == {9443: None, 9090: None}

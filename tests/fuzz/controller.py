@@ -72,6 +72,8 @@ def start_controller(folder: Path, *, policies: str, token: str, max_body: int) 
             "--token-file", str(folder / "token"),
             "--max-body", str(max_body),
             "--grant-drain", "0.2s",
+            # The examples compare /status before and after: the one claim must not lapse meanwhile.
+            "--claim-confirm-timeout", "60s",
         )  # fmt: skip
         try:
             match = process.wait_for_line(BANNER)

@@ -15,6 +15,13 @@ only when one of the pods it names becomes grantable. Pacer room also changes wi
 older than `startTimeout` stops counting, a pod held for `maxBlockedDuration` is released): while anyone
 waits, one timer brings the set up to date when the index says it is due, and at least every
 `RECHECK_SECONDS`.
+
+Evict mode's claims lapse with time too: a claim admission took lapses unless the watch brings its pod
+within `claim_confirm_timeout` (`GroupBook.expire`), and an owner's reservation after
+RESERVATION_SECONDS. One timer, armed for the book's next lapse, lets them lapse on time whether anyone
+asks or not, and signals the change, so the place goes back to the group at once: a pod held meanwhile is
+released (evicted) as soon as the pacer has room. Each claim that lapsed unconfirmed is counted
+(`lapsed`: the controller's `stagger_controller_claims_lapsed_total`).
 """
 
 from __future__ import annotations
@@ -90,6 +97,10 @@ class Pacing:
     names: Names
     policies: dict[str, StaggeringPolicy]
     clock: Callable[[], float] = time.time
+    # Evict mode: how long a claim admission took waits for its pod to show in the watch.
+    claim_confirm_timeout: float = groupbook.CLAIM_CONFIRM_SECONDS
+    # Called with how many claims lapsed unconfirmed (the controller counts them in a metric).
+    lapsed: Callable[[int], None] = lambda count: None
     book: GroupBook = field(default_factory=GroupBook)
     granting: bool = False
     version: int = 0
@@ -105,6 +116,10 @@ class Pacing:
     # Evictions in flight (uid -> the record as evicted) and done (uid -> when, and the owner's claim).
     _evicting: dict[str, PodRecord] = field(default_factory=dict)
     _evicted: dict[str, tuple[float, Claim | None]] = field(default_factory=dict)
+    # The lapses of claims: the book's count last seen, and the timer armed for the next one (and when).
+    _lapsed_seen: int = 0
+    _lapse_timer: asyncio.TimerHandle | None = None
+    _lapse_at: float | None = None
 
     # --- the watch ----------------------------------------------------------------------------------
 
@@ -167,6 +182,7 @@ class Pacing:
             decision = groupbook.decide(self.book, policies=self.policies, key=key, now=now)
         if decision.granted and self.book.reserve(key, now=now):
             self._bump()
+        self._settle()
         return decision
 
     def granted_already(self, keys: Sequence[PodKey], *, uids: Mapping[PodKey, str]) -> dict[PodKey, float]:
@@ -210,9 +226,11 @@ class Pacing:
             owner=owner,
             now=self.clock(),
             dry_run=dry_run,
+            confirm_within=self.claim_confirm_timeout,
         )
         if decision.admit and not dry_run:
             self._bump()
+        self._settle()
         return decision
 
     def unreserve(self, key: PodKey) -> None:
@@ -351,6 +369,41 @@ class Pacing:
         if self._watchers and self._refresh_soon is None:
             # Once per loop iteration, however many changes it brings (a watch event, a grant).
             self._refresh_soon = asyncio.get_running_loop().call_soon(self._refresh)
+        self._arm_lapse()
+
+    def _settle(self) -> None:
+        """Count the claims the book let lapse unconfirmed since the last look (any question may have
+        let them lapse), and signal the places they gave back."""
+        lapsed = self.book.claims_lapsed - self._lapsed_seen
+        if lapsed:
+            self._lapsed_seen = self.book.claims_lapsed
+            logger.debug("%d claims lapsed: their pods never showed in the watch", lapsed)
+            self.lapsed(lapsed)
+            self._bump()
+
+    def _arm_lapse(self) -> None:
+        """Arm the timer for the book's next lapse, unless one is armed for it or earlier. O(1)."""
+        due = self.book.next_lapse()
+        if due is None or (
+            self._lapse_timer is not None and self._lapse_at is not None and self._lapse_at <= due
+        ):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a test of the state alone): nobody waits to be woken
+        if self._lapse_timer is not None:
+            self._lapse_timer.cancel()
+        self._lapse_at = due
+        # At least 10 ms: a due time a float's rounding away from now must not spin the loop.
+        self._lapse_timer = loop.call_later(max(0.01, due - self.clock()), self._lapse_due)
+
+    def _lapse_due(self) -> None:
+        self._lapse_timer = self._lapse_at = None
+        self.book.expire(self.clock())
+        self._settle()
+        # An owner's reservation that lapsed is not counted (it was not a review's), but its place is free.
+        self._bump()
 
     async def changed(self, *, since: int, within: float) -> None:
         """Returns when the book has changed since `since` (a `version` read before), or after `within` seconds."""

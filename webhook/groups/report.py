@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from stagger.groupbook import pair_label
+from stagger.timestamps import format_rfc3339
 from webhook.app import (
     METRICS,
 )
@@ -68,6 +69,9 @@ def status_section(app: web.Application) -> tuple[str, dict[str, Any]]:
         ],
         "reservations": {
             "count": len(claims),
+            # Claims admission took whose pods never showed in the watch in time (since the start).
+            "lapsedUnconfirmed": groups.pacing.book.claims_lapsed,
+            "confirmTimeoutSeconds": groups.pacing.claim_confirm_timeout,
             # The newest 100: what /status shows of a large release.
             "items": [
                 {
@@ -77,6 +81,8 @@ def status_section(app: web.Application) -> tuple[str, dict[str, Any]]:
                     "groups": [pair_label(pair) for pair in claim.pairs],
                     "ageSeconds": round(now - claim.since, 1),
                     "heldForSeconds": None if claim.first_held is None else round(now - claim.first_held, 1),
+                    # When it lapses unless its pod shows first (an admitted one: the confirm timeout).
+                    "lapsesAt": format_rfc3339(claim.lapses_at),
                 }
                 for claim in claims[-100:]
             ],
