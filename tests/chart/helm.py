@@ -29,17 +29,35 @@ class RenderError(Exception):
 
 
 def render(
-    *sets: str, strings: tuple[str, ...] = (), jsons: tuple[str, ...] = (), files: tuple[Path, ...] = ()
+    *sets: str,
+    strings: tuple[str, ...] = (),
+    jsons: tuple[str, ...] = (),
+    files: tuple[Path, ...] = (),
+    flags: tuple[str, ...] = (),
 ) -> list[Doc]:
     """The chart's objects for these `--set` (and `--set-string`, `--set-json`) values and values files
-    (`-f`, given before the others); do not modify them."""
-    return list(_render(sets, strings, jsons, tuple(f"--values={f}" for f in files)))
+    (`-f`, given before the others), and more `helm template` flags (e.g. `--kube-version=1.29.0`); do not
+    modify them."""
+    return list(_render(sets, strings, jsons, (*(f"--values={f}" for f in files), *flags)))
 
 
 def render_against(kubeconfig: Path, *sets: str) -> list[Doc]:
     """As `render`, with `lookup` reading the cluster of `kubeconfig` (`--dry-run=server`): an upgrade."""
     cluster = ("--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation")
     return list(_render(sets, (), (), cluster))
+
+
+def render_release(*sets: str, release: str, namespace: str, kubeconfig: Path) -> list[Doc]:
+    """As `render`, as release `release` in `namespace`, with the capabilities (API versions, Kubernetes
+    version) and lookups of the cluster of `kubeconfig`. Not cached."""
+    args = [str(tool("helm")), "template", release, str(CHART), "--namespace", namespace]
+    args += ["--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation"]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RenderError(done.stderr.strip())
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
 @functools.cache

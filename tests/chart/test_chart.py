@@ -43,6 +43,7 @@ from tests.tools import tool
 CHART_KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
 K8S_VERSIONS = ("1.27.0", "1.30.0", "1.35.0")
 CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+SINCE_1_30 = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def ca_bundle() -> str:
@@ -202,6 +203,8 @@ def test_every_object_is_valid(sets: tuple[str, ...], strings: tuple[str, ...]) 
             assert doc["apiVersion"] == "cert-manager.io/v1"
             continue
         for version in K8S_VERSIONS:
+            if doc["kind"] in SINCE_1_30 and version < "1.30":
+                continue  # left out on those clusters (tests/chart/test_lockd_vap.py)
             kubernetes_validate.validate(doc, version, strict=True)
         checked += 1
     assert checked >= 5

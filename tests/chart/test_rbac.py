@@ -115,7 +115,9 @@ def test_no_wildcards_and_no_other_roles(sets: tuple[str, ...]) -> None:
         expected |= {("ClusterRole", CONTROLLER), ("Role", CONTROLLER)}
     assert {(r["kind"], r["metadata"]["name"]) for r in roles} == expected
     bindings = {
-        (kind.removesuffix("Binding"), name) for kind, name in kinds(docs) if kind.endswith("Binding")
+        (kind.removesuffix("Binding"), name)
+        for kind, name in kinds(docs)
+        if kind in ("RoleBinding", "ClusterRoleBinding")
     }
     assert bindings == expected
 
