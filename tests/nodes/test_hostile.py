@@ -10,10 +10,16 @@ projected into it, was verified and granted.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.nodes.kube import Kube, Release, init_status, is_ready, wait_for, workload
 from tests.nodes.policies import STAGGER_IMAGE
+from tests.tools import tool
 
 # The attacker: reads its own token, then GET and DELETE /v1/lock in the victim's name, printing the answers.
 ATTACK = """
@@ -98,5 +104,79 @@ def test_a_pod_with_its_own_token_cannot_act_in_another_pods_name(stagger: Relea
         # Without a token at all, under the chart's defaults (no requirePodToken): the victim was given
         # one by admission, so an ask or a release in its name must show it.
         assert all("token" in line for line in lines[2:]), log
+    finally:
+        kube.delete_namespace(namespace)
+
+
+def _sleeper(name: str, namespace: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "sleep",
+                    "image": STAGGER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", "import time; time.sleep(3600)"],
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+                }
+            ],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
+
+
+def test_lockds_token_cannot_patch_a_pod_on_another_node(
+    stagger: Release, kube: Kube, tmp_path: Path
+) -> None:
+    """Someone who takes node A's lockd token (the token the API server issues for lockd's pod there, with
+    its node-name claim; asked for here with the TokenRequest API, as the kubelet asks for it) can change
+    stagger's annotations on node A's pods, and nothing on node B's, nor a pod's image on node A: the
+    chart's ValidatingAdmissionPolicy (`lockd.confineWrites`, on by default) refuses, whatever RBAC says."""
+    nodes = sorted(node["metadata"]["name"] for node in kube.get("/api/v1/nodes")["items"])
+    assert len(nodes) >= 2, nodes
+    namespace = kube.namespace("hostile-writes")
+    try:
+        kube.apply(_sleeper("on-a", namespace, nodes[0]), _sleeper("on-b", namespace, nodes[1]))
+        lockd = stagger.lockd_pod(nodes[0])
+        token = kube.run(
+            "kubectl", "create", "token", lockd["spec"]["serviceAccountName"], "-n", stagger.namespace,
+            "--bound-object-kind", "Pod", "--bound-object-name", lockd["metadata"]["name"], "--duration", "10m",
+        ).strip()  # fmt: skip
+        admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
+        cluster = admin["clusters"][0]["cluster"]
+        as_lockd = tmp_path / "lockd-kubeconfig"
+        as_lockd.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": cluster}],
+                    "users": [{"name": "lockd", "user": {"token": token}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "lockd"}}],
+                    "current-context": "c",
+                }
+            )
+        )
+
+        def patch(pod: str, body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(tool("kubectl")), "--kubeconfig", str(as_lockd), "patch", "pod", pod, "-n", namespace,
+                 "--type", "merge", "-p", json.dumps(body)],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+
+        stamp = {"metadata": {"annotations": {f"{stagger.prefix}/granted-at": "2026-11-28T00:00:00Z"}}}
+        own = patch("on-a", stamp)
+        assert own.returncode == 0, own.stderr
+        other = patch("on-b", stamp)
+        assert other.returncode != 0 and "denied" in other.stderr.lower(), other.stderr
+        image = patch("on-a", {"spec": {"containers": [{"name": "sleep", "image": "attacker/image:1"}]}})
+        assert image.returncode != 0 and "denied" in image.stderr.lower(), image.stderr
+        on_b = kube.get(f"/api/v1/namespaces/{namespace}/pods/on-b")
+        assert f"{stagger.prefix}/granted-at" not in (on_b["metadata"].get("annotations") or {})
     finally:
         kube.delete_namespace(namespace)
