@@ -15,16 +15,14 @@ import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-import requests
-
 from initclient.client import DeadlinePassed, Finish, fetch_lock, wait_for_slot
 from initclient.settings import ConfigError, Settings, parse_settings
 from stagger.contracts.failopen import FailOpenCause, format_outcome
 
 logger = logging.getLogger(__name__)
 
-# The per-request timeouts end the wait at max-wait; the timer is only a backstop for what they
-# cannot bound (a slow connect followed by a slow read, a slow DNS answer), so it lets them go first.
+# Each request's deadline ends the wait at max-wait; the timer is only a backstop for what that cannot
+# bound (a stuck write to the log, a token file on a hung mount), so it lets the deadlines go first.
 BACKSTOP_GRACE = 1.0
 
 
@@ -60,9 +58,6 @@ def _raise_deadline(signum: int, frame: FrameType | None) -> None:
 
 def run(settings: Settings) -> int:
     """Wait for the slot with real HTTP, clock and sleep; the exit code."""
-    session = requests.Session()
-    # Proxy variables meant for the app must not route the call to the node-local lockd.
-    session.trust_env = False
     tokens = TokenFile(settings.pod_token_file)
     signal.signal(signal.SIGALRM, _raise_deadline)
     signal.setitimer(signal.ITIMER_REAL, settings.max_wait + BACKSTOP_GRACE)
@@ -70,7 +65,6 @@ def run(settings: Settings) -> int:
         finish = wait_for_slot(
             settings=settings,
             fetch=lambda request: fetch_lock(
-                session,
                 lockd_url=settings.lockd_url,
                 request=request,
                 wall_now=time.time(),
@@ -87,7 +81,6 @@ def run(settings: Settings) -> int:
         finish = Finish(exit_code=0, granted=False, cause="maxWait", reason=reason)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        session.close()
     if finish.release_token and settings.release_token_file:
         _write_token(settings.release_token_file, finish.release_token)
     write_outcome(settings.termination_log, cause=finish.cause, reason=finish.reason)

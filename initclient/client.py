@@ -3,7 +3,8 @@
 The core (`start`, `plan_request`, `decide`, `give_up`) is made of functions of data and of `now`
 (monotonic seconds) that return data: the next request, or what to do with an answer (finish, or
 sleep N seconds) plus the lines to log. `wait_for_slot` runs it with injected I/O (fetch, clock,
-sleep, random numbers); `fetch_lock` is the real HTTP fetch with `requests`.
+sleep, random numbers); `fetch_lock` is the real HTTP fetch (`initclient.http`: one deadline for the
+whole request, so a lockd that answers a byte at a time is as unreachable as one that does not answer).
 
 Delays:
 - 423/429 (and 503 with Retry-After): sleep uniformly in [R/2, R) for Retry-After R. Never later
@@ -11,7 +12,8 @@ Delays:
   that got the same answer at the same moment do not all come back in the same instant. With long
   polling an early re-ask costs only a parked request on lockd.
 - connection errors, timeouts, other 5xx: capped exponential backoff, jittered the same way.
-- every sleep and every request timeout is cut to what is left of max-wait.
+- every sleep and every request's deadline (connect, send, and the whole answer) is cut to what is left
+  of max-wait, or of the unreachable bound while lockd cannot decide.
 
 Max-wait is the smaller of `--max-wait` and the node policy's `maxWait` that lockd sends with a 423/429
 (`"maxWait": seconds`): the first answer that carries it may lower the bound, a later one lower it
@@ -26,15 +28,14 @@ most that, not its whole max-wait; a lockd that comes up within it (a booting no
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from email.utils import parsedate_to_datetime
 from typing import Literal
 
-import requests
-
+from initclient.http import HttpError, exchange
 from initclient.settings import Settings
 from stagger.contracts.failopen import FailOpenCause
 from stagger.contracts.lock import LOCK_PATH, LockParams, LockReply, read_lock_reply
@@ -87,8 +88,8 @@ _UNDECIDED: frozenset[Kind] = frozenset({"starting", "not-ready", "unreachable",
 @dataclass(frozen=True)
 class Request:
     params: LockParams
-    connect_timeout: float
-    read_timeout: float
+    connect_timeout: float  # for the connection, counted from the request's start; never over `timeout`
+    timeout: float  # for the whole request: connect, send, and the whole answer
 
 
 @dataclass(frozen=True)
@@ -182,15 +183,11 @@ def plan_request(*, settings: Settings, state: WaitState, now: float) -> Request
     if remaining <= 0:
         return None
     wait = max(0, min(math.floor(settings.poll_wait), math.floor(remaining - ANSWER_MARGIN)))
-    read_timeout = min(wait + settings.request_timeout, remaining)
+    timeout = min(wait + settings.request_timeout, remaining)
     params: LockParams = {"namespace": settings.namespace, "name": settings.name, "wait": str(wait)}
     if settings.uid:
         params["uid"] = settings.uid
-    return Request(
-        params=params,
-        connect_timeout=min(settings.request_timeout, read_timeout),
-        read_timeout=read_timeout,
-    )
+    return Request(params=params, connect_timeout=min(settings.request_timeout, timeout), timeout=timeout)
 
 
 def jittered(delay: float, *, jitter: float) -> float:
@@ -397,6 +394,9 @@ def parse_retry_after(value: str | None, *, wall_now: float) -> float | None:
     try:
         seconds = float(text)
     except ValueError:
+        # Imported here: lockd sends seconds, and this module is most of the init container's start.
+        from email.utils import parsedate_to_datetime
+
         try:
             seconds = parsedate_to_datetime(text).timestamp() - wall_now
         except (TypeError, ValueError):
@@ -409,47 +409,27 @@ def parse_retry_after(value: str | None, *, wall_now: float) -> float | None:
 # the shell
 
 
-def _describe(exc: BaseException) -> str:
-    """The OS-level reason buried in requests' wrapped exceptions, e.g. "Connection refused"."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.strerror:
-            return str(current.strerror)
-        linked = (current.__cause__, current.__context__, getattr(current, "reason", None), *current.args)
-        todo.extend(item for item in linked if isinstance(item, BaseException))
-    return type(exc).__name__
-
-
-def fetch_lock(
-    session: requests.Session, *, lockd_url: str, request: Request, wall_now: float, token: str | None = None
-) -> Outcome:
-    """One GET /v1/lock, with the pod's service-account `token` when there is one; every failure to get an
-    HTTP answer becomes a `Failure`."""
+def fetch_lock(*, lockd_url: str, request: Request, wall_now: float, token: str | None = None) -> Outcome:
+    """One GET /v1/lock, with the pod's service-account `token` when there is one, whole within
+    `request.timeout`; every failure to get a whole HTTP answer becomes a `Failure`."""
     try:
-        response = session.get(
-            f"{lockd_url}{LOCK_PATH}",
-            params={key: str(value) for key, value in request.params.items()},
-            headers={"Authorization": f"Bearer {token}"} if token else None,
-            timeout=(request.connect_timeout, request.read_timeout),
-            allow_redirects=False,
+        response = exchange(
+            url=lockd_url,
+            method="GET",
+            path=LOCK_PATH,
+            query={key: str(value) for key, value in request.params.items()},
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+            timeout=request.timeout,
+            connect_timeout=request.connect_timeout,
         )
-    except requests.ConnectTimeout:
-        return Failure(f"no connection within {_seconds(request.connect_timeout)}")
-    except requests.Timeout:
-        return Failure(f"no answer within {_seconds(request.read_timeout)}")
-    except requests.RequestException as exc:
-        return Failure(_describe(exc))
+    except HttpError as exc:  # and TimedOut: no whole answer within the deadline
+        return Failure(str(exc))
     try:
-        data: object = response.json()
-    except ValueError:
+        data: object = json.loads(response.body)
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError), or nested deep
         data = None
-    retry_after = parse_retry_after(response.headers.get("Retry-After"), wall_now=wall_now)
-    return Reply(status=response.status_code, body=read_lock_reply(data), retry_after=retry_after)
+    retry_after = parse_retry_after(response.headers.get("retry-after"), wall_now=wall_now)
+    return Reply(status=response.status, body=read_lock_reply(data), retry_after=retry_after)
 
 
 _LEVELS: dict[Level, int] = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}

@@ -67,7 +67,9 @@ class Settings:
     unreachable_wait: float = 60.0
     poll_wait: float = 30.0  # long-poll seconds asked of lockd per request
     max_backoff: float = 10.0  # cap of the retry delay after errors
-    request_timeout: float = 10.0  # HTTP timeout on top of poll_wait
+    # Time for each whole request on top of poll_wait: connect, send and the whole answer, one deadline,
+    # so a lockd that answers a byte at a time is as unreachable as one that does not answer.
+    request_timeout: float = 10.0
     # Where to write lockd's release token (mode 0600) on a grant, for whatever gives the slot back.
     release_token_file: str | None = None
     # Where the outcome goes for the controller (stagger.contracts.failopen); empty: nowhere.
@@ -136,7 +138,8 @@ _OPTIONS: tuple[Option, ...] = (
            "cap of the retry delay after errors (default 10s)", _checked(_seconds(low=0.001, span="positive")),
            "DURATION"),
     Option("--request-timeout", ("STAGGER_REQUEST_TIMEOUT",), "request_timeout",
-           "HTTP timeout on top of the poll wait (default 10s)", _checked(_seconds(low=0.001, span="positive")),
+           "time for each whole request (connect, send, the whole answer) on top of the poll wait (default 10s)",
+           _checked(_seconds(low=0.001, span="positive")),
            "DURATION"),
     Option("--release-token-file", ("STAGGER_RELEASE_TOKEN_FILE",), "release_token_file",
            "on a grant, write lockd's release token to this file (mode 0600), e.g. on a shared emptyDir, so "

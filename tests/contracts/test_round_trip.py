@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from initclient.client import Reply, Request, fetch_lock
 from lockd.groups import WaitReply, parse_answer, parse_wait_answer
@@ -40,11 +39,10 @@ def start_lockd(aiohttp_client: Any, tmp_path: Path) -> StartLockd:
 async def ask(url: str, name: str) -> Reply:
     """One ask with the init client's own request code and reader, as it runs in a pod."""
     params: LockParams = {"namespace": "shop", "name": name, "wait": "0"}
-    request = Request(params=params, connect_timeout=2.0, read_timeout=5.0)
+    request = Request(params=params, connect_timeout=2.0, timeout=5.0)
 
     def fetch() -> Reply:
-        with requests.Session() as session:
-            outcome = fetch_lock(session, lockd_url=url, request=request, wall_now=time.time())
+        outcome = fetch_lock(lockd_url=url, request=request, wall_now=time.time())
         assert isinstance(outcome, Reply), outcome
         return outcome
 

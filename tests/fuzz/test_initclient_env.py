@@ -18,11 +18,10 @@ import math
 import os
 
 import pytest
-import requests
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from initclient import client
+from initclient import client, http
 from initclient.settings import MAX_DURATION, MAX_POLL_WAIT, ConfigError, Settings, parse_settings
 from tests.initclient.process import REPO, spawn
 
@@ -139,8 +138,14 @@ def check_usable(parsed: Settings) -> None:
     if request is None:
         assert parsed.max_wait == 0
         return
-    # requests builds the URL as fetch_lock has it built (no connection is made).
-    requests.Request("GET", f"{parsed.lockd_url}/v1/lock", params=dict(request.params)).prepare()
+    # The request's bytes as fetch_lock has them built (no connection is made).
+    http.build_request(
+        method="GET",
+        target=http.target_of(parsed.lockd_url),
+        path="/v1/lock",
+        query=dict(request.params),
+        headers={},
+    )
 
 
 # --- one variable at a time --------------------------------------------------------------------------
@@ -152,7 +157,7 @@ ONE_EXAMPLES = 300
 @given(variable=st.sampled_from(VARIABLES), value=values)
 # A max-wait past what the timers hold (setitimer: OverflowError) was a traceback, not a fail-open.
 @example(variable="STAGGER_MAX_WAIT", value="99999999999999999999h")
-# A POD_NAME that is not UTF-8 made requests raise UnicodeEncodeError building the URL.
+# A POD_NAME that is not UTF-8 made the client raise UnicodeEncodeError building the URL.
 @example(variable="POD_NAME", value=os.fsdecode(b"p\xff"))
 def test_a_variable_parses_to_usable_settings_or_is_named_in_a_config_error(
     variable: str, value: str

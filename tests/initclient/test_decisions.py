@@ -69,7 +69,7 @@ def test_first_request_long_polls_for_the_poll_wait() -> None:
     request = plan_request(settings=SETTINGS, state=fresh(), now=100.0)
     assert request is not None
     assert request.params == {"namespace": "ns", "name": "pod", "uid": "u-1", "wait": "30"}
-    assert request.read_timeout == 40.0  # poll wait + request timeout
+    assert request.timeout == 40.0  # poll wait + request timeout
     assert request.connect_timeout == 10.0
 
 
@@ -81,7 +81,7 @@ def test_uid_is_left_out_when_not_configured() -> None:
 
 
 @pytest.mark.parametrize(
-    ("remaining", "wait", "read_timeout"),
+    ("remaining", "wait", "timeout"),
     [
         pytest.param(5.7, "5", 5.7, id="poll shortened so lockd answers before the deadline"),
         pytest.param(5.2, "4", 5.2, id="lockd gets at least the answer margin"),
@@ -91,14 +91,14 @@ def test_uid_is_left_out_when_not_configured() -> None:
     ],
 )
 def test_request_near_the_deadline_is_cut_to_what_is_left(
-    remaining: float, wait: str, read_timeout: float
+    remaining: float, wait: str, timeout: float
 ) -> None:
     state = fresh()
     request = plan_request(settings=SETTINGS, state=state, now=state.deadline - remaining)
     assert request is not None
     assert request.params["wait"] == wait
-    assert request.read_timeout == pytest.approx(read_timeout)
-    assert request.connect_timeout <= request.read_timeout
+    assert request.timeout == pytest.approx(timeout)
+    assert request.connect_timeout <= request.timeout
 
 
 @pytest.mark.parametrize("past", [pytest.param(0.0, id="at"), pytest.param(3.0, id="after")])
@@ -389,7 +389,7 @@ def test_a_smaller_policy_max_wait_lowers_the_bound_with_one_line() -> None:
     ]
     # The request plan follows the new bound.
     request = plan_request(settings=SETTINGS, state=decision.state, now=215.0)
-    assert request is not None and request.read_timeout == pytest.approx(5.0)
+    assert request is not None and request.timeout == pytest.approx(5.0)
     assert plan_request(settings=SETTINGS, state=decision.state, now=220.0) is None
 
 

@@ -67,13 +67,13 @@ class VirtualLockd:
 
     def fetch(self, request: Request) -> Reply | Failure:
         remaining = self.settings.max_wait - self.now
-        assert 0 < request.connect_timeout <= request.read_timeout <= remaining + 1e-9
+        assert 0 < request.connect_timeout <= request.timeout <= remaining + 1e-9
         assert 0 <= int(request.params["wait"]) <= self.settings.poll_wait
-        assert int(request.params["wait"]) < request.read_timeout  # lockd can answer before we time out
+        assert int(request.params["wait"]) < request.timeout  # lockd can answer before we time out
         self.requests.append(request)
         outcome, latency = next(self.script)
-        if latency >= request.read_timeout:
-            self.now += request.read_timeout
+        if latency >= request.timeout:
+            self.now += request.timeout
             return Failure("no answer in time")
         self.now += latency
         return outcome

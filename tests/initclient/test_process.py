@@ -1,12 +1,14 @@
 """`python -m initclient` as a real subprocess against a small aiohttp server playing lockd:
 granted after some 423s, giving up after max-wait (locked, nothing listening, no answer), failing open
-at once on 400/403 and on bad config, one line per change of state, and prompt exit on SIGTERM."""
+at once on 400/403 and on bad config, one line per change of state, prompt exit on SIGTERM, proxy variables
+ignored, and no HTTP library loaded (the client speaks HTTP itself, initclient/http.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import signal
+import sys
 
 import pytest
 
@@ -14,6 +16,7 @@ from tests.initclient.process import (
     BUSY,
     GRANTED,
     HANG,
+    REPO,
     RUN_LIMIT,
     Answer,
     FakeLockd,
@@ -212,6 +215,28 @@ async def assert_stops_on_sigterm(process: asyncio.subprocess.Process, started: 
     assert result.elapsed - (signalled - started) < 3.0
     assert result.code == 128 + signal.SIGTERM
     assert result.lines == ["stagger: stopped by SIGTERM while waiting for ns/pod"]
+
+
+async def test_proxy_variables_meant_for_the_app_are_ignored(lockd: FakeLockd, closed_url: str) -> None:
+    proxies = {name: closed_url for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY")}
+    result = await run(environment(lockd.url, **proxies))
+    assert result.code == 0 and GRANTED_LINE.fullmatch(result.lines[-1]), result
+    assert len(lockd.queries) == 1
+
+
+async def test_no_http_library_is_loaded() -> None:
+    """The init client speaks HTTP itself (initclient.http): requests, urllib3 and http.client cost an init
+    container most of its start-up CPU and memory (0.11 s and 30 MiB, against 0.05 s and 17 MiB)."""
+    check = (
+        "import sys, initclient.__main__; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'requests', 'urllib3', 'http', 'ssl', 'email'}))"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", check, env=environment(None), cwd=REPO, stdout=asyncio.subprocess.PIPE
+    )
+    stdout, _ = await asyncio.wait_for(process.communicate(), timeout=RUN_LIMIT)
+    assert process.returncode == 0
+    assert stdout.decode().strip() == "[]"
 
 
 async def test_help_starts_fast() -> None:

@@ -72,7 +72,7 @@ def test_the_bound_counts_from_lockds_last_queue_answer(trouble: Reply | Failure
     troubled = decide(settings=SETTINGS, state=queued, outcome=trouble, now=100.0, jitter=0.5)
     assert deadline_of(settings=SETTINGS, state=troubled.state) == 110.0  # 50 + 60
     request = plan_request(settings=SETTINGS, state=troubled.state, now=105.0)
-    assert request is not None and request.read_timeout <= 5.0  # cut to the bound
+    assert request is not None and request.timeout <= 5.0  # cut to the bound
     assert plan_request(settings=SETTINGS, state=troubled.state, now=110.0) is None
     gave_up = decide(settings=SETTINGS, state=troubled.state, outcome=trouble, now=110.0, jitter=0.5)
     assert isinstance(gave_up.action, Finish) and not gave_up.action.granted
