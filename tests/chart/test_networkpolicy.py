@@ -35,7 +35,14 @@ def test_none_by_default() -> None:
 
 
 def test_each_part_accepts_only_its_ports_and_reaches_only_dns_the_api_and_the_controller() -> None:
-    found = policies(render("networkPolicy.enabled=true", "lockd.port=9500", "controller.probePort=9091"))
+    found = policies(
+        render(
+            "networkPolicy.enabled=true",
+            "lockd.port=9500",
+            "lockd.probePort=9501",
+            "controller.probePort=9091",
+        )
+    )
     lockd, controller = found[f"{FULLNAME}-lockd"], found[CONTROLLER]
     assert lockd["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "lockd"
     assert controller["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
@@ -47,7 +54,7 @@ def test_each_part_accepts_only_its_ports_and_reaches_only_dns_the_api_and_the_c
             to_controller[0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
             == "controller"
         )
-    assert ingress_ports(lockd) == {9500}
+    assert ingress_ports(lockd) == {9500, 9501}
     assert ingress_ports(controller) == {9443, 9091}
 
 
