@@ -79,9 +79,10 @@ def test_a_flood_of_2048_connections_is_bounded_in_memory_and_the_probe_answers(
         f"median {sorted(probe_times)[len(probe_times) // 2] * 1000:.1f} ms; endings {[dict(r.endings) for r in rounds]}"
     )
     assert peak <= RSS_LIMIT_MIB, f"lockd held {peak:.1f} MiB at its peak"
-    # The allocator keeps some freed memory for reuse, but a second round that finds the first round's
-    # memory still held (a closed connection's buffers kept) would grow past the first round's peak.
-    assert peaks[1] <= peaks[0] + 8, f"the second round grew lockd from {peaks[0]:.1f} to {peaks[1]:.1f} MiB"
+    # The allocator keeps freed memory for reuse (and fragments some), but a second round that found the
+    # first round's memory still held (a closed connection's buffers kept) would grow by as much again.
+    first, second = peaks[0] - before, peaks[1] - peaks[0]
+    assert second <= first / 2, f"the first round took lockd to {peaks[0]:.1f} MiB, the second to {peaks[1]:.1f}"
     assert max(probe_times) < 1.0, probe_times
     for result in rounds:
         assert set(result.endings) <= endings | {"error: ConnectionResetError"}, result.endings
