@@ -49,7 +49,9 @@ class FloodResult:
 class Flood:
     """`connections` connections to `host`:`port`, each sending `first`, then `trickle` one byte every
     `every` seconds (when set), until the server closes it or `hold` seconds pass. `sources` spread the
-    connections over loopback addresses (127.0.0.x), as callers from many pods."""
+    connections over loopback addresses, as callers from many pods. They are not 127.0.0.1: thousands of
+    connections take as many local ports of their address, and the servers other tests start at the same
+    time listen on 127.0.0.1 ports found free a moment before."""
 
     host: str
     port: int
@@ -58,7 +60,7 @@ class Flood:
     trickle: bool = False
     every: float = 1.0
     hold: float = 30.0
-    sources: Sequence[str] = ("127.0.0.1",)
+    sources: Sequence[str] = ("127.0.1.1",)
     ssl_context: ssl.SSLContext | None = None
     opening: int = 256  # connections being opened at once (the listen backlog is finite)
     all_open: asyncio.Event = field(default_factory=asyncio.Event)

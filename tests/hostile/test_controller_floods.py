@@ -48,7 +48,7 @@ def test_100_slow_3mb_reviews_are_bounded_in_memory_and_the_probe_answers() -> N
                 _slow_review(),
                 trickle=True,
                 hold=DEADLINE + 15,
-                sources=[f"127.0.0.{i}" for i in range(1, REVIEWS + 1)],
+                sources=[f"127.0.1.{i}" for i in range(1, REVIEWS + 1)],
                 opening=REVIEWS,
             )
             running = asyncio.create_task(flood.run())

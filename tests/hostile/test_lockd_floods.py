@@ -82,7 +82,9 @@ def test_a_flood_of_2048_connections_is_bounded_in_memory_and_the_probe_answers(
     # The allocator keeps freed memory for reuse (and fragments some), but a second round that found the
     # first round's memory still held (a closed connection's buffers kept) would grow by as much again.
     first, second = peaks[0] - before, peaks[1] - peaks[0]
-    assert second <= first / 2, f"the first round took lockd to {peaks[0]:.1f} MiB, the second to {peaks[1]:.1f}"
+    assert second <= max(first / 2, 4.0), (
+        f"the first round took lockd to {peaks[0]:.1f} MiB, the second to {peaks[1]:.1f}"
+    )
     assert max(probe_times) < 1.0, probe_times
     for result in rounds:
         assert set(result.endings) <= endings | {"error: ConnectionResetError"}, result.endings
