@@ -6,7 +6,7 @@ closes mid-body leaves nothing behind in the door (its table, its reservation)."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -45,6 +45,14 @@ async def served() -> AsyncIterator[Served]:
         yield Served(port=int(runner.addresses[0][1]), runner=runner)
     finally:
         await runner.cleanup()
+
+
+async def _until(check: Callable[[], object]) -> None:
+    """The door reads in this same loop and has no event to await: look until `check()` holds (5 s at most)."""
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
 
 
 def _post(path: str, body: bytes) -> bytes:
@@ -88,11 +96,7 @@ async def test_a_caller_past_its_share_of_the_body_budget_waits_and_gets_its_roo
     first_reader, first = await asyncio.open_connection("127.0.0.1", served.port)
     first.write(_post("/slow", b"z" * 4000)[:-100])
     await first.drain()
-    # Nothing to await but the door reading those bytes in this same loop: look until it has.
-    for _ in range(100):
-        if served.door.body_bytes:
-            break
-        await asyncio.sleep(0.01)
+    await _until(lambda: served.door.body_bytes)
     assert served.door.body_bytes == 4000
     reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
     writer.write(_post("/second", b"q" * 100))
@@ -110,14 +114,8 @@ async def test_a_connection_closed_mid_body_leaves_nothing_in_the_door(served: S
     _, writer = await asyncio.open_connection("127.0.0.1", served.port)
     writer.write(_post("/gone", b"g" * 2000)[:-500])
     await writer.drain()
-    for _ in range(100):
-        if served.door.body_bytes:
-            break
-        await asyncio.sleep(0.01)
+    await _until(lambda: served.door.body_bytes)
     assert len(served.door.open) == 1 and served.door.body_bytes == 2000
     writer.transport.abort()
-    for _ in range(100):
-        if not served.door.open:
-            break
-        await asyncio.sleep(0.01)
+    await _until(lambda: not served.door.open)
     assert served.door.open == {} and served.door.body_bytes == 0

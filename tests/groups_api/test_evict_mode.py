@@ -30,7 +30,7 @@ from tests.groups_api.controller import (
     controller_on_emulator,
     running_controller,
 )
-from tests.webhook.reviews import NAMES, enabled, pod
+from tests.webhook.reviews import NAMES, enabled, owned
 
 pytestmark = pytest.mark.e2e
 
@@ -42,20 +42,6 @@ staggeringPolicies:
   mode: evict
 """
 TIMINGS = ("--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "0.5s")
-
-
-def owned(name: str, owner: str) -> dict[str, Any]:
-    obj = pod(name, labels=enabled(app="web"))
-    obj["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": owner,
-            "uid": f"uid-{owner}",
-            "controller": True,
-        }
-    ]
-    return obj
 
 
 def notes(obj: dict[str, Any]) -> dict[str, str]:

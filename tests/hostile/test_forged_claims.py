@@ -33,7 +33,7 @@ import pytest
 from sim.emulator.server import ApiServer
 from tests.emulator.webhook_server import configuration, hook
 from tests.groups_api.controller import PODS, WEBHOOKS, Api, Controller, running_controller
-from tests.webhook.reviews import NAMES, enabled, pod
+from tests.webhook.reviews import NAMES, owned
 
 pytestmark = pytest.mark.e2e
 
@@ -52,20 +52,6 @@ staggeringPolicies:
   pacer: {maxConcurrent: {value: 1}}
   mode: evict
 """
-
-
-def owned(name: str, owner: str) -> dict[str, Any]:
-    obj = pod(name, labels=enabled(app="web"))
-    obj["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": owner,
-            "uid": f"uid-{owner}",
-            "controller": True,
-        }
-    ]
-    return obj
 
 
 def held(obj: dict[str, Any]) -> bool:

@@ -49,6 +49,21 @@ def enabled(**labels: str) -> dict[str, str]:
     return {ENABLE: "1", **labels}
 
 
+def owned(name: str, owner: str) -> dict[str, Any]:
+    """An enabled pod of app `web` whose controller is the ReplicaSet `owner` (uid `uid-<owner>`)."""
+    obj = pod(name, labels=enabled(app="web"))
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": owner,
+            "uid": f"uid-{owner}",
+            "controller": True,
+        }
+    ]
+    return obj
+
+
 def review(obj: dict[str, Any], *, namespace: str = "default") -> dict[str, Any]:
     return {
         "apiVersion": "admission.k8s.io/v1",
