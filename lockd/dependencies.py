@@ -28,6 +28,7 @@ from lockd.metrics import Metrics
 from stagger import throttles
 from stagger.addresses import parse_host_port
 from stagger.durations import format_duration
+from stagger.nodechecks import check_dependencies
 from stagger.policy import Dependency
 from stagger.timestamps import format_rfc3339
 from stagger.version import VERSION
@@ -99,18 +100,9 @@ def dependency_verdict(
     """Pure: no grant while a dependency fails; the reason names the first that fails and its error.
     `retry_after` is the check interval: the answer cannot change sooner (a waiting long poll is woken
     when it does)."""
-    if not dependencies:
-        return throttles.ALLOWED
     down = failing(dependencies, results)
-    if not down:
-        return throttles.ALLOWED
-    dependency, error = down[0]
-    more = f" (and {len(down) - 1} more failing)" if len(down) > 1 else ""
-    return throttles.Verdict(
-        allowed=False,
-        reason=f"waiting for dependency {name_of(dependency)}: {error}{more}",
-        throttle="dependency",
-        retry_after=retry_after,
+    return check_dependencies(
+        [(name_of(dependency), error) for dependency, error in down], retry_after=retry_after
     )
 
 

@@ -2,12 +2,13 @@
 
 Sources, in order of preference:
 - a load file (`--load-file`, a testing aid: the simulated cluster writes each node's modelled load
-  there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0, "load1": 1.5}`; every key is optional, and a
-  missing or null one is a number the source cannot tell: `load1`, the 1-minute load average for the
-  loadAvg throttle, came later and older writers leave it out),
+  there as JSON `{"cpuPercent": 40.0, "ioPercent": 5.0, "load1": 1.5, "memoryPercent": 0.0}`; every key
+  is optional, and a missing or null one is a number the source cannot tell: older writers leave out
+  `load1` and `memoryPercent`),
 - the CPU times in `/proc/stat` for CPU, Linux pressure stall information (`/proc/pressure/io`, "some
-  avg10") for IO where the kernel has it, else the iowait share of CPU time, and the 1-minute load
-  average, the first field of `/proc/loadavg`. All are read under `--proc-root` (default /proc): a
+  avg10") for IO where the kernel has it, else the iowait share of CPU time, PSI for memory
+  (`/proc/pressure/memory`, "some avg10"; none without PSI), and the 1-minute load average, the first
+  field of `/proc/loadavg`. All are read under `--proc-root` (default /proc): a
   container's own /proc already shows the whole node's CPU and PSI on standard runtimes, but not where
   /proc is virtualised (lxcfs, sandboxed runtimes); there the host's /proc is mounted and named instead.
 
@@ -121,6 +122,7 @@ class SystemLoad:
     def __init__(self, *, proc_root: Path = PROC_ROOT, clock: Callable[[], float] = time.monotonic) -> None:
         self._stat_path = proc_root / "stat"
         self._psi_path = proc_root / "pressure" / "io"
+        self._memory_psi_path = proc_root / "pressure" / "memory"
         self._loadavg_path = proc_root / "loadavg"
         self._clock = clock
         self._failing: set[Path] = set()  # the files whose last read failed (and was warned of)
@@ -176,10 +178,7 @@ class SystemLoad:
         self._last = now if now is not None else self._last
         if self._load1_at is None or taken_at - self._load1_at >= LOADAVG_SECONDS:
             self._load1, self._load1_at = self._read_load1(), taken_at
-        try:
-            psi = parse_psi_some_avg10(self._psi_path.read_text())
-        except OSError:
-            psi = None
+        psi = _read_psi(self._psi_path)
         return LoadSample(
             cpu_percent=self._cpu,
             io_percent=self._iowait if psi is None else psi,
@@ -187,11 +186,20 @@ class SystemLoad:
             load1=self._load1,
             taken_at=taken_at,
             load1_taken_at=self._load1_at,
+            memory_percent=_read_psi(self._memory_psi_path),
         )
 
 
+def _read_psi(path: Path) -> float | None:
+    """The "some avg10" of a PSI file; None without PSI (the file is missing), which no throttle acts on."""
+    try:
+        return parse_psi_some_avg10(path.read_text())
+    except OSError:
+        return None
+
+
 class FileLoad:
-    """Reads `{"cpuPercent": x, "ioPercent": y, "load1": z}` from a file each time. A testing aid, see
+    """Reads `{"cpuPercent": x, "ioPercent": y, "load1": z, "memoryPercent": m}` from a file each time. A testing aid, see
     module doc. Each read is a fresh reading of every number in it (the file's writer is the measurement),
     so it ends the load assumed for the grants since, as a new sample of the machine does."""
 
@@ -206,6 +214,7 @@ class FileLoad:
         try:
             data = json.loads(self._path.read_text() or "{}")
             cpu, io, load1 = data.get("cpuPercent"), data.get("ioPercent"), data.get("load1")
+            memory = data.get("memoryPercent")
             if load1 is not None and not (math.isfinite(float(load1)) and float(load1) >= 0):
                 raise ValueError(f"load1 {load1!r} is not a load average")
             sample = LoadSample(
@@ -215,6 +224,7 @@ class FileLoad:
                 load1=None if load1 is None else float(load1),
                 taken_at=taken_at,
                 load1_taken_at=taken_at,
+                memory_percent=None if memory is None else float(memory),
             )
         except (OSError, ValueError, TypeError, AttributeError) as err:
             # A file being rewritten or not yet written: no reading, which no load throttle acts on.

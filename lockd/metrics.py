@@ -4,8 +4,9 @@ globals).
 Written here rather than with prometheus_client: lockd runs on every node, and the client library (with
 the HTTP server, WSGI and OpenMetrics modules it imports) was about 1 MB of each lockd's memory for nine
 metrics; its Counter also takes a lock on every increment, on the request path. One event loop updates
-these, so plain numbers do. Same names, types, labels and lines as before (`_total` counters, histogram
-`_bucket`/`_count`/`_sum`), minus prometheus_client's `_created` series.
+these, so plain numbers do. The names, types, labels and lines are the Prometheus text format's as
+prometheus_client writes them (`_total` counters, histogram `_bucket`/`_count`/`_sum`), minus its `_created`
+series.
 """
 
 from __future__ import annotations
@@ -324,6 +325,12 @@ class Metrics:
     io_load: Gauge = _gauge(
         "stagger_lockd_io_pressure_ratio",
         "Last sampled IO pressure (/proc/pressure/io some avg10), 0 to 1; no sample where the node has none.",
+        initial=None,
+    )
+    memory_load: Gauge = _gauge(
+        "stagger_lockd_memory_pressure_ratio",
+        "Last sampled memory pressure (/proc/pressure/memory some avg10), 0 to 1, what the memory "
+        "throttle compares; no sample where the node has none.",
         initial=None,
     )
     load1: Gauge = _gauge(

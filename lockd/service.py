@@ -1,12 +1,13 @@
-"""The lock service: the ledger, the node throttles and the active policy, plus the wake-ups that make the
-long poll answer within milliseconds of a slot freeing.
+"""The lock service: the queue and the slots (the ledger), the node's checks for the active policy, and
+the wake-ups that make the long poll answer within milliseconds of a slot freeing.
 
-Decisions are made by the pure parts (`ledger`, `stagger.throttles`, `stagger.policy`, `lockd.pods`);
-this module keeps their state between requests, counts, logs decisions, and wakes waiting long polls when
-anything that could change an answer happens (a release, an expiry, a grant, a new load sample, a policy
-reload, a pod change, a dependency coming up). In cluster mode a `Finisher` completes each grant (group pacer, pod patch) while
-the slot is reserved, and a `NodeState` adds what the pods on the node say (countAllStarting,
-waitForDaemonSets).
+Decisions are made by the pure parts: the node's checks in their order (`stagger.nodechecks`), the queue
+(`ledger`), the policy (`stagger.policy`). This module keeps their state between requests, gathers what
+the gates read (`lockd.serviceparts.read_gates`), counts, logs decisions, and wakes waiting long polls
+when anything that could change an answer happens (a release, an expiry, a grant, a new load sample, a
+policy reload, a pod change, a dependency coming up). In cluster mode a `Finisher` completes each grant
+(group pacer, pod patch) while the slot is reserved, and a `NodeState` says what the pods on the node
+say (countAllStarting, waitForDaemonSets).
 """
 
 from __future__ import annotations
@@ -19,24 +20,20 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from lockd import ledger
 from lockd.dependencies import Result as DependencyResult
-from lockd.dependencies import dependency_verdict
 from lockd.metrics import Metrics
 from lockd.nodepolicy import ActivePolicy
-from lockd.parts import Announcer, Finisher, NodeState, NoNodeState, Silent
-from lockd.pods import HeldSlot, OtherStarting, Stage, restarts_named
+from lockd.pods import HeldSlot, Stage
+from lockd.serviceparts import Announcer, Finisher, NodeState, NoNodeState, Silent, pods_matter, read_gates
 from lockd.settings import Settings
 from lockd.wakeup import Wakeup
-from stagger import policy, throttles
+from stagger import nodechecks, policy, throttles
 
 logger = logging.getLogger(__name__)
-
-# How soon to look again at the DaemonSet gate when nothing else wakes us (pod events usually do).
-DAEMONSET_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -47,19 +44,6 @@ class Counters:
     denied: int = 0
     released: int = 0
     expired: int = 0
-
-
-def daemonset_verdict(waiting: list[str]) -> throttles.Verdict:
-    """Each entry names a DaemonSet (namespace/name) and why it is waited for (`lockd.daemonsets.Waiting`)."""
-    if not waiting:
-        return throttles.ALLOWED
-    shown = ", ".join(waiting[:5]) + (f" and {len(waiting) - 5} more" if len(waiting) > 5 else "")
-    return throttles.Verdict(
-        allowed=False,
-        reason=f"waiting for this node's DaemonSets: {shown} (waitForDaemonSets)",
-        throttle="daemonSets",
-        retry_after=DAEMONSET_RETRY_SECONDS,
-    )
 
 
 EndReason = Literal["released", "ready", "finished", "deleted"]
@@ -134,16 +118,16 @@ class LockService:
         self._polls: dict[ledger.PodKey, tuple[Wakeup, int]] = {}
         self._anonymous_ids = itertools.count(1)
         self.active = active
-        self.throttle = self._make_throttle(active.node_policy)
+        self.checks = self._make_checks(active.node_policy)
         metrics.watch(
             slots_in_use=lambda: len(self.ledger.slots),
             queue_length=lambda: len(self.ledger.queue),
-            slot_limit=lambda: self.throttle.limit,
+            slot_limit=lambda: self.checks.limit,
         )
 
-    def _make_throttle(self, node_policy: policy.NodePolicy) -> throttles.NodeThrottle:
-        return throttles.NodeThrottle(
-            config=node_policy.throttle, cores=self.cores, clock=self.clock, load=self._load
+    def _make_checks(self, node_policy: policy.NodePolicy) -> nodechecks.NodeChecks:
+        return nodechecks.NodeChecks(
+            node_policy=node_policy, cores=self.cores, clock=self.clock, load=self._load
         )
 
     @property
@@ -159,7 +143,7 @@ class LockService:
     def admissible(self) -> int:
         """How many waiters a change could let in now: the free slots under maxConcurrent, else one (the
         head: with no slot limit only a time-bound throttle holds the queue, and it holds the head first)."""
-        limit = self.throttle.limit
+        limit = self.checks.limit
         return 1 if limit is None else max(0, limit - len(self.ledger.slots))
 
     def wake_next(self) -> None:
@@ -191,32 +175,16 @@ class LockService:
         if self.persist is not None:
             self.persist(list(self.ledger.slots.values()))
 
-    def _check(self, in_use: int) -> throttles.Verdict:
-        node_policy = self.node_policy
-        if node_policy.wait_for_daemonsets:
-            gate = daemonset_verdict(self.node_state.daemonsets_waiting())
-            if not gate.allowed:
-                return gate
-        if node_policy.dependencies:
-            gate = dependency_verdict(
-                node_policy.dependencies, self._dependencies(), retry_after=self.dependency_retry
-            )
-            if not gate.allowed:
-                return gate
-        others: list[OtherStarting] = []
-        if node_policy.count_all_starting:
-            others = self.node_state.starting_elsewhere(node_policy, set(self.ledger.slots))
-        extra = len(others)
-        verdict = self.throttle.check(in_use=in_use + extra)
-        if extra and verdict.throttle == "maxConcurrent":
-            verdict = replace(
-                verdict,
-                reason=(
-                    f"{in_use + extra} of {self.throttle.limit} slots in use: {in_use} granted + {extra} other "
-                    f"pods starting{restarts_named(others)} (maxConcurrent, countAllStarting)"
-                ),
-            )
-        return verdict
+    def _decide(self) -> throttles.Verdict:
+        """The node's checks on one more slot now (`stagger.nodechecks`), with what the gates read."""
+        gates = read_gates(
+            self.node_policy,
+            node_state=self.node_state,
+            dependencies=self._dependencies,
+            dependency_retry=self.dependency_retry,
+            holders=self.ledger.slots,
+        )
+        return self.checks.decide(in_use=len(self.ledger.slots), gates=gates)
 
     # --- requests -----------------------------------------------------------------------------------
 
@@ -229,7 +197,7 @@ class LockService:
             slot.name,
             slot.waited,
             len(self.ledger.slots),
-            self.throttle.limit if self.throttle.limit is not None else "unlimited",
+            self.checks.limit if self.checks.limit is not None else "unlimited",
             self.node_policy.name,
         )
         if slot.announced:
@@ -250,18 +218,19 @@ class LockService:
             now=self.clock(),
             wall=self.wall(),
             hold_timeout=self.node_policy.hold_timeout,
-            check=self._check,
-            on_grant=self.throttle.commit,
+            verdict=self._decide(),
             reserve=self.finisher is not None,
             max_queue=self.queue_limit,
         )
         if isinstance(result, ledger.Reserved):
+            self.checks.commit()
             # Shielded: a caller that hangs up must not leave a reservation that is never confirmed or
             # cancelled (a pending slot never expires); the grant is finished, and the pod's next ask
             # is answered from it.
             # (Read now, right after the reservation's commit: which load readings it counted against.)
-            result = await asyncio.shield(self._finish(result.slot, counted=self.throttle.counted()))
+            result = await asyncio.shield(self._finish(result.slot, counted=self.checks.counted()))
         elif isinstance(result, ledger.Granted) and result.new:
+            self.checks.commit()
             result = self._granted(result.slot)
         if isinstance(result, ledger.Denied):
             waiter = self.ledger.queue.get(key)
@@ -270,7 +239,7 @@ class LockService:
                 self.announcer.waiting(waiter)
         return result
 
-    async def _finish(self, slot: ledger.Slot, *, counted: throttles.Counted) -> ledger.Outcome:
+    async def _finish(self, slot: ledger.Slot, *, counted: nodechecks.Counted) -> ledger.Outcome:
         assert self.finisher is not None
         key = (slot.namespace, slot.name)
         wall = self.wall()
@@ -285,7 +254,7 @@ class LockService:
             )
         # The reservation took a rate-limit token and counted as load assumed until the next reading; no
         # pod starts, so both come back.
-        self.throttle.refund(counted=counted)
+        self.checks.refund(counted=counted)
         self.ledger.cancel(
             key,
             now=now,
@@ -336,11 +305,11 @@ class LockService:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     break
-                # Queue, slot and dependency denials change with events (this waiter is woken); rate,
-                # load, gate and group denials with time.
+                # A denial that clears by an event wakes this waiter; one that clears by time is asked
+                # again after its hint.
                 timeout = (
                     remaining
-                    if outcome.throttle in (None, "maxConcurrent", "dependency")
+                    if nodechecks.clears_by_event(outcome.throttle)
                     else min(remaining, max(0.05, outcome.retry_after))
                 )
                 await wakeup.wait(timeout)
@@ -383,10 +352,10 @@ class LockService:
             now=self.clock(),
             wall=self.wall(),
             duration=duration,
-            check=self._check,
-            on_grant=self.throttle.commit,
+            verdict=self._decide(),
         )
         if isinstance(outcome, ledger.Granted):
+            self.checks.commit()
             self.counters.granted += 1
             self._slots_changed()
             logger.info("granted an anonymous slot for %.0fs (pod-startup-lock client)", duration)
@@ -451,7 +420,7 @@ class LockService:
         ahead = self.ledger.ahead_of(waiter, now)
         if ahead:
             return f"{ledger.pods(ahead)} asked first (first come, first served)"
-        verdict = self._check(len(self.ledger.slots))
+        verdict = self._decide()
         return verdict.reason if not verdict.allowed else "next in line: a slot is free"
 
     # --- pods (cluster mode) ------------------------------------------------------------------------
@@ -459,9 +428,9 @@ class LockService:
     def pod_changed(self, key: ledger.PodKey, stage: Stage) -> None:
         """A pod on the node changed: its slot ends when it is Ready (not before minHold), finished or gone."""
         if stage == "starting":
-            # A pod still starting changes answers only through countAllStarting or waitForDaemonSets;
-            # otherwise waking every long poll for each status update of each pod would be wasted work.
-            if self.node_policy.count_all_starting or self.node_policy.wait_for_daemonsets:
+            # A pod still starting changes answers only through the gates that read the pods; otherwise
+            # waking every long poll for each status update of each pod would be wasted work.
+            if pods_matter(self.node_policy):
                 self.wake_next()
             return
         slot = self.ledger.slots.get(key)
@@ -538,9 +507,9 @@ class LockService:
             # Node objects change often (status, heartbeats); only a different policy is worth a switch.
             return
         previous = self.active
-        throttle = self._make_throttle(active.node_policy)
-        throttle.carry_over(self.throttle)
-        self.active, self.throttle = active, throttle
+        checks = self._make_checks(active.node_policy)
+        checks.carry_over(self.checks)
+        self.active, self.checks = active, checks
         if previous.node_policy != active.node_policy:
             logger.info("node policy now %s (%s)", active.node_policy.name, active.why)
         self.wake_next()

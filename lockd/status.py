@@ -14,7 +14,7 @@ from stagger.timestamps import format_rfc3339
 
 
 class LoadThrottleStatus(TypedDict):
-    throttle: str  # loadAvg, cpu, io
+    throttle: str  # loadAvg, cpu, io, memory
     maxLoad: float
     sampled: float | None  # the throttle's number as read (loadAvg's per core when perCore)
     grantsSinceSample: int  # grants since that number was read
@@ -24,6 +24,7 @@ class LoadThrottleStatus(TypedDict):
 class LoadStatus(TypedDict):
     cpuPercent: float | None
     ioPercent: float | None
+    memoryPercent: float | None  # memory pressure (PSI "some avg10"); null without PSI
     load1: float | None  # the 1-minute load average, not divided by the cores
     source: str
     throttles: list[LoadThrottleStatus]  # the node policy's load throttles
@@ -77,7 +78,7 @@ class Status(TypedDict):
     waiting: int  # every waiter; `queue` lists the first `limit` of them
     queue: list[QueueStatus]
     counters: dict[str, int]
-    # Cluster mode with --controller-url: the node's wait stream to the controller (lockd.groups.GroupWatch).
+    # Cluster mode with --controller-url: the node's wait stream to the controller (lockd.groupclient.GroupWatch).
     groupStream: NotRequired[GroupStreamStatus]
 
 
@@ -137,6 +138,7 @@ def build_status(
         "load": {
             "cpuPercent": sample.cpu_percent,
             "ioPercent": sample.io_percent,
+            "memoryPercent": sample.memory_percent,
             "load1": sample.load1,
             "source": sample.source,
             "throttles": [

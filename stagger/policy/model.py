@@ -59,16 +59,17 @@ class MaxConcurrent:
         assert self.per_core is not None  # guaranteed by __post_init__
         # Rounded to 9 decimals before the ceiling, so perCore 0.1 on 30 cores is 3, not
         # ceil(3.0000000000000004): a float product is off by far less than 1e-9 for any written perCore
-        # and core count. (Decimal did this exactly, at ~0.35 MiB of every node's lockd for one line.)
+        # and core count. Decimal would be exact too, at about 0.35 MiB of every node's lockd for this one line.
         return max(1, math.ceil(round(self.per_core * max(cores, 1), 9)))
 
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Token bucket: up to `burst` grants at once, one new token every `fill_factor` seconds."""
+    """Token bucket: up to `burst` grants at once, one new token every `fill_seconds` (the file's
+    `fillFactor`, a duration)."""
 
     burst: int
-    fill_factor: float
+    fill_seconds: float
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class ThrottleConfig:
     cpu_increment_by: float = 0.0
     io_increment_by: float = 0.0
     load_avg: LoadAvg | None = None
+    # Percent memory pressure (PSI "some avg10") at which grants stop, and what a grant is assumed to add
+    # until the next sample; stagger's own (pod-pacemaker has no memory throttle).
+    memory_max_load: float | None = None
+    memory_increment_by: float = 0.0
 
 
 DependencyKind = Literal["http", "tcp"]
@@ -269,12 +274,14 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
         "cpuIncrementBy": throttle.cpu_increment_by,
         "ioMaxLoad": throttle.io_max_load,
         "ioIncrementBy": throttle.io_increment_by,
+        "memoryMaxLoad": throttle.memory_max_load,
+        "memoryIncrementBy": throttle.memory_increment_by,
         "loadAvg": (
             {"maxLoad": load_avg.max_load, "perCore": load_avg.per_core, "incrementBy": load_avg.increment_by}
             if load_avg
             else None
         ),
-        "rateLimit": {"burst": rate.burst, "fillFactorSeconds": rate.fill_factor} if rate else None,
+        "rateLimit": {"burst": rate.burst, "fillFactorSeconds": rate.fill_seconds} if rate else None,
         "holdTimeoutSeconds": policy.hold_timeout,
         "minHoldSeconds": policy.min_hold,
         "maxWaitSeconds": policy.max_wait,

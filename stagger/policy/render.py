@@ -136,6 +136,8 @@ def _throttle(throttle: ThrottleConfig) -> dict[str, Any]:
         document["cpu"] = cpu
     if io := _load_limit(throttle.io_max_load, throttle.io_increment_by):
         document["io"] = io
+    if memory := _load_limit(throttle.memory_max_load, throttle.memory_increment_by):
+        document["memory"] = memory
     if (concurrent := throttle.max_concurrent) is not None:
         document["maxConcurrent"] = {
             key: _number(value)
@@ -143,7 +145,7 @@ def _throttle(throttle: ThrottleConfig) -> dict[str, Any]:
             if value is not None
         }
     if (rate := throttle.rate_limit) is not None:
-        document["rateLimit"] = {"burst": rate.burst, "fillFactor": format_duration(rate.fill_factor)}
+        document["rateLimit"] = {"burst": rate.burst, "fillFactor": format_duration(rate.fill_seconds)}
     if throttle.load_avg is not None:
         document["loadAvg"] = _load_avg(throttle.load_avg)
     return document

@@ -92,7 +92,7 @@ def _load(*, max_load: float, increment_by: float = 0.0) -> tuple[float, float]:
 
 
 def _load_limit(*, text: bool) -> Rule:
-    """`cpu` or `io`: percent busy, and percent a grant is assumed to add until the next sample."""
+    """`cpu`, `io` or `memory`: percent busy, and percent a grant is assumed to add until the next sample."""
     return mapping(
         [
             Key("maxLoad", "max_load", number(above=0, at_most=100, text=text), required=True),
@@ -112,6 +112,7 @@ def _throttle(
     *,
     cpu: tuple[float, float] | None = None,
     io: tuple[float, float] | None = None,
+    memory: tuple[float, float] | None = None,
     load_avg: LoadAvg | None = None,
     max_concurrent: MaxConcurrent | None = None,
     rate_limit: RateLimit | None = None,
@@ -121,6 +122,8 @@ def _throttle(
         cpu_increment_by=cpu[1] if cpu else 0.0,
         io_max_load=io[0] if io else None,
         io_increment_by=io[1] if io else 0.0,
+        memory_max_load=memory[0] if memory else None,
+        memory_increment_by=memory[1] if memory else 0.0,
         load_avg=load_avg,
         max_concurrent=max_concurrent,
         rate_limit=rate_limit,
@@ -128,12 +131,15 @@ def _throttle(
 
 
 def throttle_config(*, text: bool = False) -> Rule:
-    """`throttleConfig`, the same five throttles as pod-pacemaker's; with `text`, its numbers may be written
-    as strings where pod-pacemaker's CRD takes strings (maxLoad, incrementBy, maxConcurrent.perCore)."""
+    """`throttleConfig`: pod-pacemaker's five throttles, and in stagger's own file `memory`; with `text`
+    (pod-pacemaker's CRD), no `memory`, and its numbers may be written as strings where that CRD takes
+    strings (maxLoad, incrementBy, maxConcurrent.perCore)."""
+    stagger_only = [] if text else [Key("memory", "memory", _load_limit(text=text))]
     return mapping(
         [
             Key("cpu", "cpu", _load_limit(text=text)),
             Key("io", "io", _load_limit(text=text)),
+            *stagger_only,
             _nested(
                 "loadAvg",
                 "load_avg",
@@ -160,7 +166,7 @@ def throttle_config(*, text: bool = False) -> Rule:
                 "rate_limit",
                 [
                     Key("burst", "burst", integer(minimum=1), required=True),
-                    Key("fillFactor", "fill_factor", duration(), required=True),
+                    Key("fillFactor", "fill_seconds", duration(), required=True),
                 ],
                 RateLimit,
             ),

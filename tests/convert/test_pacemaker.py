@@ -111,7 +111,7 @@ def test_every_throttle_with_string_numbers(tmp_path: Path) -> None:
             io_max_load=50.0,
             io_increment_by=5.0,
             max_concurrent=MaxConcurrent(per_core=0.5, value=4),
-            rate_limit=RateLimit(burst=3, fill_factor=1.0),
+            rate_limit=RateLimit(burst=3, fill_seconds=1.0),
             load_avg=LoadAvg(max_load=1.5, per_core=True, increment_by=0.25),
         ),
     )

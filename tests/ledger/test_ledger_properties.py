@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from lockd.ledger import Denied, Granted, Ledger, Reserved
-from stagger.throttles import check_concurrency
+from stagger.throttles import Verdict, check_concurrency
 
 PODS = [("ns", f"pod-{i}") for i in range(8)]
 
@@ -32,8 +32,8 @@ class LedgerMachine(RuleBasedStateMachine):
         # Pods stepping aside for their group pacer, until when.
         self.blocked: dict[tuple[str, str], float] = {}
 
-    def _check(self, in_use: int):
-        return check_concurrency(limit=self.limit, in_use=in_use)
+    def _verdict(self):
+        return check_concurrency(limit=self.limit, in_use=len(self.ledger.slots))
 
     def _eligible(self) -> list[tuple[str, str]]:
         return [
@@ -55,7 +55,7 @@ class LedgerMachine(RuleBasedStateMachine):
             now=self.now,
             wall=1000.0 + self.now,
             hold_timeout=self.hold,
-            check=self._check,
+            verdict=self._verdict(),
             reserve=reserve,
         )
         assert len(self.ledger.slots) >= count_before
@@ -185,7 +185,7 @@ def test_a_waiter_that_keeps_long_polling_is_never_idle() -> None:
         now=0.0,
         wall=0.0,
         hold_timeout=10,
-        check=lambda n: check_concurrency(limit=1, in_use=1),
+        verdict=check_concurrency(limit=1, in_use=1),
     )
     assert isinstance(denied, Denied)
     waiter = book.start_polling(PODS[1])
@@ -198,10 +198,13 @@ def test_a_waiter_that_keeps_long_polling_is_never_idle() -> None:
 
 def test_anonymous_slot_waits_behind_named_waiters() -> None:
     book = Ledger()
-    full = lambda n: check_concurrency(limit=1, in_use=n)  # noqa: E731
-    assert isinstance(book.ask(key=PODS[0], uid="", now=0, wall=0, hold_timeout=5, check=full), Granted)
-    assert isinstance(book.ask(key=PODS[1], uid="", now=0, wall=0, hold_timeout=5, check=full), Denied)
+
+    def full() -> Verdict:
+        return check_concurrency(limit=1, in_use=len(book.slots))
+
+    assert isinstance(book.ask(key=PODS[0], uid="", now=0, wall=0, hold_timeout=5, verdict=full()), Granted)
+    assert isinstance(book.ask(key=PODS[1], uid="", now=0, wall=0, hold_timeout=5, verdict=full()), Denied)
     book.release(PODS[0])
-    anonymous = book.take_anonymous(key=("", "anonymous-1"), now=1, wall=1, duration=5, check=full)
+    anonymous = book.take_anonymous(key=("", "anonymous-1"), now=1, wall=1, duration=5, verdict=full())
     assert isinstance(anonymous, Denied) and "waiting" in anonymous.reason
-    assert isinstance(book.ask(key=PODS[1], uid="", now=1, wall=1, hold_timeout=5, check=full), Granted)
+    assert isinstance(book.ask(key=PODS[1], uid="", now=1, wall=1, hold_timeout=5, verdict=full()), Granted)

@@ -107,7 +107,7 @@ async def test_a_reservation_the_group_refuses_gives_its_increment_back() -> Non
         outcome = await service.ask(namespace="t", name=name, uid="")
         assert isinstance(outcome, ledger.Denied) and outcome.reason == "group full"
     # Three reservations, none of them a pod starting: nothing is assumed for them.
-    (load_avg,) = service.throttle.load_readings()
+    (load_avg,) = service.checks.load_readings()
     assert (load_avg.grants, load_avg.assumed) == (0, 0.0)
 
 

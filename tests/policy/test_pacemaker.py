@@ -112,7 +112,7 @@ BUILD_NODES = NodePolicy(
         io_increment_by=2.5,
         load_avg=LoadAvg(max_load=1.5, per_core=True, increment_by=0.2),
         max_concurrent=MaxConcurrent(per_core=0.5, value=4),
-        rate_limit=RateLimit(burst=3, fill_factor=0.5),
+        rate_limit=RateLimit(burst=3, fill_seconds=0.5),
     ),
 )
 
@@ -163,7 +163,7 @@ def test_fill_factor_is_a_go_duration(fill_factor: object, seconds: float) -> No
         [config(throttleConfig={"rateLimit": {"burst": 1, "fillFactor": fill_factor}})]
     )
     rate = loaded.node_policies[0].throttle.rate_limit
-    assert rate is not None and rate.fill_factor == pytest.approx(seconds, rel=1e-12)
+    assert rate is not None and rate.fill_seconds == pytest.approx(seconds, rel=1e-12)
 
 
 def config(name: object = "x", **spec: Any) -> dict[str, Any]:

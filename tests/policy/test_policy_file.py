@@ -116,7 +116,7 @@ def test_design_example_loads_exactly(tmp_path: Path) -> None:
                 cpu_max_load=80.0,
                 io_max_load=20.0,
                 max_concurrent=MaxConcurrent(per_core=0.5, value=4),
-                rate_limit=RateLimit(burst=2, fill_factor=2.0),
+                rate_limit=RateLimit(burst=2, fill_seconds=2.0),
             ),
             hold_timeout=300.0,
             count_all_starting=False,

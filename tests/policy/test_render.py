@@ -114,7 +114,7 @@ def throttles(*, issue_25: bool) -> st.SearchStrategy[ThrottleConfig]:
             cpu_max_load=cpu,
             io_max_load=io,
             max_concurrent=draw(st.none() | max_concurrent),
-            rate_limit=draw(st.none() | st.builds(RateLimit, burst=counts, fill_factor=durations)),
+            rate_limit=draw(st.none() | st.builds(RateLimit, burst=counts, fill_seconds=durations)),
             # incrementBy is part of `cpu` and `io`: only there when their maxLoad is.
             cpu_increment_by=draw(increments) if cpu is not None else 0.0,
             io_increment_by=draw(increments) if io is not None else 0.0,
@@ -223,7 +223,7 @@ def test_values_other_than_the_defaults_are_written_as_the_file_spells_them() ->
             cpu_max_load=80.0,
             cpu_increment_by=10.0,
             max_concurrent=MaxConcurrent(per_core=0.5),
-            rate_limit=RateLimit(burst=2, fill_factor=1.5),
+            rate_limit=RateLimit(burst=2, fill_seconds=1.5),
             load_avg=LoadAvg(max_load=1.5, per_core=True),
         ),
         hold_timeout=10.0,

@@ -2,7 +2,7 @@
 loadavg.go, cpuload.go, ioload.go, priority.go): each keeps `currentLoad`, lets a pod through while
 `currentLoad < maxLoad`, adds `incrementBy` to it on each acquire, and has it replaced by a monitor with a
 fresh reading (loadAvg: `load.Avg().Load1`, divided by the logical CPUs when perCore). Here the same
-arithmetic is `NodeThrottle`'s: the readings come in `LoadSample`s, a reading taken at a new time is a
+arithmetic is `stagger.nodechecks`': the readings come in `LoadSample`s, a reading taken at a new time is a
 fresh one, and `commit()` is the acquire."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from stagger import policy, throttles
+from stagger import nodechecks, policy, throttles
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,14 @@ class Node:
         )
 
 
-def make(config: policy.ThrottleConfig, *, cores: int = 4) -> tuple[throttles.NodeThrottle, Node]:
+def make(config: policy.ThrottleConfig, *, cores: int = 4) -> tuple[nodechecks.NodeChecks, Node]:
     node = Node()
-    return throttles.NodeThrottle(config=config, cores=cores, clock=lambda: 0.0, load=node), node
+    return nodechecks.NodeChecks(
+        node_policy=policy.NodePolicy(name="test", throttle=config), cores=cores, clock=lambda: 0.0, load=node
+    ), node
 
 
-def run(throttle: throttles.NodeThrottle, node: Node, steps: list[Step]) -> throttles.Verdict:
+def run(throttle: nodechecks.NodeChecks, node: Node, steps: list[Step]) -> throttles.Verdict:
     """Plays the steps, checking each; returns the last verdict."""
     verdict = throttles.ALLOWED
     for number, step in enumerate(steps):
@@ -74,7 +76,7 @@ def run(throttle: throttles.NodeThrottle, node: Node, steps: list[Step]) -> thro
         if step == REFUND:
             throttle.refund(counted=throttle.counted())
             continue
-        verdict = throttle.check(in_use=0)
+        verdict = throttle.decide(in_use=0)
         assert verdict.allowed is (step == GRANT), f"step {number}: {verdict.reason or 'allowed'}"
         if step == GRANT:
             throttle.commit()
@@ -255,7 +257,12 @@ def test_a_policy_reload_keeps_the_grants_since_the_reading() -> None:
     node.read(Read(load1=1.6))
     for _ in range(3):
         old.commit()
-    new = throttles.NodeThrottle(config=load_avg(3, increment_by=0.25), cores=4, clock=lambda: 0.0, load=node)
+    new = nodechecks.NodeChecks(
+        node_policy=policy.NodePolicy(name="test", throttle=load_avg(3, increment_by=0.25)),
+        cores=4,
+        clock=lambda: 0.0,
+        load=node,
+    )
     new.carry_over(old)
     (reading,) = new.load_readings()
     assert (reading.grants, reading.assumed) == (3, 0.75)  # the new policy's increment for the same grants
@@ -335,7 +342,7 @@ def test_between_two_readings_a_load_throttle_allows_at_most_what_its_increments
         sampled = value / cores if kind == "loadAvg" and per_core else value
         granted = 0
         for _ in range(asks):
-            if throttle.check(in_use=0).allowed:
+            if throttle.decide(in_use=0).allowed:
                 throttle.commit()
                 granted += 1
         room = Fraction(max_load) - Fraction(sampled)
@@ -344,4 +351,4 @@ def test_between_two_readings_a_load_throttle_allows_at_most_what_its_increments
         if asks and room > 0:
             assert granted >= 1
         if asks > bound:
-            assert not throttle.check(in_use=0).allowed
+            assert not throttle.decide(in_use=0).allowed

@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from stagger import policy, throttles
+from stagger import nodechecks, policy, throttles
 
 
 class Clock:
@@ -20,7 +20,12 @@ class Clock:
 def make(config: policy.ThrottleConfig, *, cores: int = 4, cpu: float | None = 0.0, io: float | None = 0.0):
     clock = Clock()
     sample = throttles.LoadSample(cpu_percent=cpu, io_percent=io, source="test")
-    return throttles.NodeThrottle(config=config, cores=cores, clock=clock, load=lambda: sample), clock
+    return nodechecks.NodeChecks(
+        node_policy=policy.NodePolicy(name="test", throttle=config),
+        cores=cores,
+        clock=clock,
+        load=lambda: sample,
+    ), clock
 
 
 @pytest.mark.parametrize(
@@ -40,8 +45,8 @@ def make(config: policy.ThrottleConfig, *, cores: int = 4, cpu: float | None = 0
 def test_concurrency_limit(config: policy.MaxConcurrent, cores: int, limit: int) -> None:
     throttle, _ = make(policy.ThrottleConfig(max_concurrent=config), cores=cores)
     assert throttle.limit == limit
-    assert throttle.check(in_use=limit - 1).allowed
-    verdict = throttle.check(in_use=limit)
+    assert throttle.decide(in_use=limit - 1).allowed
+    verdict = throttle.decide(in_use=limit)
     assert not verdict.allowed
     assert verdict.reason == f"{limit} of {limit} slots in use (maxConcurrent)"
 
@@ -58,7 +63,7 @@ def test_concurrency_limit(config: policy.MaxConcurrent, cores: int, limit: int)
 )
 def test_load_thresholds(cpu: float | None, io: float | None, allowed: bool, reason: str) -> None:
     throttle, _ = make(policy.ThrottleConfig(cpu_max_load=80, io_max_load=20), cpu=cpu, io=io)
-    verdict = throttle.check(in_use=0)
+    verdict = throttle.decide(in_use=0)
     assert verdict.allowed is allowed
     assert verdict.reason.startswith(reason)
 
@@ -66,22 +71,22 @@ def test_load_thresholds(cpu: float | None, io: float | None, allowed: bool, rea
 def test_concurrency_is_reported_before_load() -> None:
     config = policy.ThrottleConfig(cpu_max_load=50, max_concurrent=policy.MaxConcurrent(value=1))
     throttle, _ = make(config, cpu=99.0)
-    assert throttle.check(in_use=1).throttle == "maxConcurrent"
-    assert throttle.check(in_use=0).throttle == "cpu"
+    assert throttle.decide(in_use=1).throttle == "maxConcurrent"
+    assert throttle.decide(in_use=0).throttle == "cpu"
 
 
-def test_rate_limit_burst_then_one_token_per_fill_factor() -> None:
-    throttle, clock = make(policy.ThrottleConfig(rate_limit=policy.RateLimit(burst=2, fill_factor=2.0)))
+def test_rate_limit_burst_then_one_token_per_fill_seconds() -> None:
+    throttle, clock = make(policy.ThrottleConfig(rate_limit=policy.RateLimit(burst=2, fill_seconds=2.0)))
     for _ in range(2):
-        assert throttle.check(in_use=0).allowed
+        assert throttle.decide(in_use=0).allowed
         throttle.commit()
-    verdict = throttle.check(in_use=0)
+    verdict = throttle.decide(in_use=0)
     assert verdict.throttle == "rateLimit"
     assert verdict.retry_after == pytest.approx(2.0)
     clock.now += 1.0
-    assert throttle.check(in_use=0).retry_after == pytest.approx(1.0)
+    assert throttle.decide(in_use=0).retry_after == pytest.approx(1.0)
     clock.now += 1.0
-    assert throttle.check(in_use=0).allowed
+    assert throttle.decide(in_use=0).allowed
 
 
 @given(
@@ -109,14 +114,16 @@ def test_token_bucket_ignores_a_clock_going_backwards() -> None:
 
 
 def test_carry_over_keeps_the_bucket_level_across_reloads() -> None:
-    config = policy.ThrottleConfig(rate_limit=policy.RateLimit(burst=3, fill_factor=60.0))
+    config = policy.ThrottleConfig(rate_limit=policy.RateLimit(burst=3, fill_seconds=60.0))
     old, clock = make(config)
     for _ in range(3):
         old.commit()
     sample = throttles.LoadSample(cpu_percent=0.0, io_percent=0.0, source="test")
-    new = throttles.NodeThrottle(config=config, cores=4, clock=clock, load=lambda: sample)
+    new = nodechecks.NodeChecks(
+        node_policy=policy.NodePolicy(name="test", throttle=config), cores=4, clock=clock, load=lambda: sample
+    )
     new.carry_over(old)
-    assert not new.check(in_use=0).allowed
+    assert not new.decide(in_use=0).allowed
 
 
 @pytest.mark.parametrize(("seconds", "header"), [(0.0, 1), (0.2, 1), (1.0, 1), (1.01, 2), (30.0, 30)])
