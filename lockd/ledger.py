@@ -22,9 +22,9 @@ from typing import Final
 
 from sortedcontainers import SortedList
 
+from stagger.objectnames import PodKey as PodKey
 from stagger.throttles import Verdict
 
-PodKey = tuple[str, str]  # (namespace, name)
 _Entry = tuple[int, PodKey]  # (arrival number, pod): the sort key of the queue views
 
 
@@ -49,7 +49,7 @@ class Slot:
     announced: bool = False
 
 
-@dataclass(slots=True)  # one per waiting pod: no __dict__ (tests/bench/waiter_memory_bench.py)
+@dataclass(slots=True)  # one per waiting pod: no __dict__ (tests/benchmarks/waiter_memory_bench.py)
 class Waiter:
     namespace: str
     name: str
@@ -112,7 +112,7 @@ Outcome = Granted | Denied | QueueFull
 
 # How soon a waiter turned away by a full queue should try again.
 QUEUE_FULL_RETRY_SECONDS = 5.0
-# The throttle name of a group pacer's "no" (lockd.cluster): such waiters can be woken by the controller.
+# The throttle name of a group pacer's "no" (lockd.clusterwatch): such waiters can be woken by the controller.
 GROUP_THROTTLE: Final = "group"
 
 
@@ -226,12 +226,12 @@ class Ledger:
         now: float,
         wall: float,
         hold_timeout: float,
-        check: Callable[[int], Verdict],
-        on_grant: Callable[[], None] = lambda: None,
+        verdict: Verdict,
         reserve: bool = False,
         max_queue: int | None = None,
     ) -> Outcome | Reserved:
-        """One request for a slot. `check(in_use)` asks the node throttles; `on_grant` commits them.
+        """One request for a slot, with the node checks' `verdict` on one more slot now (the caller commits
+        them when the answer is a new grant or a reservation).
 
         The oldest waiter that is not stepping aside for its group pacer goes first. With `reserve`,
         a pod the node allows gets a pending slot (counted, not yet granted) to confirm or cancel.
@@ -259,7 +259,6 @@ class Ledger:
                 retry_after=waiter.blocked_until - now,
                 throttle=waiter.blocked_throttle,
             )
-        verdict = check(len(self.slots))
         ahead = int(self._eligible.bisect_left((waiter.seq, key)))
         if ahead:
             reason = (
@@ -279,7 +278,6 @@ class Ledger:
                 retry_after=verdict.retry_after,
                 throttle=verdict.throttle,
             )
-        on_grant()
         slot = Slot(
             namespace=key[0],
             name=key[1],
@@ -376,11 +374,10 @@ class Ledger:
         now: float,
         wall: float,
         duration: float,
-        check: Callable[[int], Verdict],
-        on_grant: Callable[[], None] = lambda: None,
+        verdict: Verdict,
     ) -> Outcome:
-        """pod-startup-lock compatibility: a slot with no identity, only if nobody is queued before it."""
-        verdict = check(len(self.slots))
+        """pod-startup-lock compatibility: a slot with no identity, only if nobody is queued before it and
+        the node checks' `verdict` allows it."""
         if self.queue:
             return Denied(
                 reason=f"{pods(len(self.queue))} waiting (first come, first served)",
@@ -392,7 +389,6 @@ class Ledger:
             return Denied(
                 reason=verdict.reason, position=1, retry_after=verdict.retry_after, throttle=verdict.throttle
             )
-        on_grant()
         slot = Slot(
             namespace=key[0],
             name=key[1],

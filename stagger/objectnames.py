@@ -8,10 +8,20 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["DNS1123_LABEL_MAX", "DNS1123_SUBDOMAIN_MAX", "is_dns1123_label", "is_dns1123_subdomain", "is_uid"]
+__all__ = [
+    "DNS1123_LABEL_MAX",
+    "DNS1123_SUBDOMAIN_MAX",
+    "PodKey",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
+    "is_uid",
+]
 
 DNS1123_LABEL_MAX: Final = 63
 DNS1123_SUBDOMAIN_MAX: Final = 253
+
+PodKey = tuple[str, str]
+"""A pod by (namespace, name), as lockd's ledger, the group book and the group API's bodies key it."""
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_LABEL = re.compile(_LABEL)

@@ -1,7 +1,7 @@
 """The pod's token for lockd, between admission and lockd: admission projects the pod's service-account
 token into the init client in a volume of this name (`webhook.admission.inject`), and lockd reads the
 same volume in the pod's spec to know that the pod was given a token, so that an ask or a release in the
-pod's name must carry it (`lockd.podtoken.decide`). A pod's volumes cannot change after it is created, so
+pod's name must carry it (`lockd.tokenreview.decide`). A pod's volumes cannot change after it is created, so
 what lockd reads there holds for the pod's whole life.
 
 Names and a pure reader of the pod's spec: no I/O here."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from stagger.matching import Pair
+from stagger.objectnames import PodKey
 from stagger.policy import Hold
 
 __all__ = [
@@ -35,12 +36,6 @@ HOLDS: Final = frozenset(get_args(Hold))
 
 
 """The hold annotation's values that mark an evict-mode hold: read from the policy's `Hold` type."""
-
-
-PodKey = tuple[str, str]
-
-
-"""(namespace, name)."""
 
 
 # A grant is counted without being on the pod for at most this long: enough for lockd (or the gate

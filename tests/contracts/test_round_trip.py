@@ -1,13 +1,11 @@
-"""The wire contracts of stagger.contracts, written by one end and read by the other: lockd's real server
-answers the init client's real request code (`fetch_lock`, over HTTP on loopback), whose reader keeps every
-field of each answer that the client reads (200 with its release token, 423, 429); and the group pacer
-service's requests and answers as lockd and the controller build them (typed by `stagger.contracts.groups`)
-read back by the other end's parser."""
+"""The lock API's contract (`stagger.contracts.lock`), written by one end and read by the other: lockd's
+real server answers the init client's real request code (`fetch_lock`, over HTTP on loopback), whose
+reader keeps every field of each answer that the client reads (200 with its release token, 423, 429).
+The group pacer service's bodies are in test_group_bodies.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,12 +13,9 @@ from typing import Any
 import pytest
 
 from initclient.client import Reply, Request, fetch_lock
-from lockd.groups import WaitReply, parse_answer, parse_wait_answer
-from stagger.contracts.groups import AdmitRequest, GrantAnswer, GrantRequest, WaitAnswer, WaitRequest
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER, LockParams, LockReply
 from tests.lockd import conftest as lockd_conftest
 from tests.lockd.conftest import StartLockd
-from webhook.groups import grants
 
 ONE_SLOT = """nodePolicies:
 - name: one
@@ -83,51 +78,3 @@ async def test_each_lock_answer_is_read_whole_by_the_init_client(start_lockd: St
     assert released.status == 200
     mine = await ask(url, "second")  # its turn now: a 200 with its release token
     assert mine.status == 200 and mine.body["granted"] is True and mine.body["releaseToken"]
-
-
-def test_a_grant_request_as_lockd_sends_it_is_what_the_controller_reads() -> None:
-    sent: GrantRequest = {"namespace": "shop", "name": "web-1", "uid": "u-1", "group": "g1", "node": "n1"}
-    assert grants.parse_grant(json.dumps(sent).encode()) == sent
-    bare: GrantRequest = {"namespace": "shop", "name": "web-1", "uid": "u-1"}
-    assert grants.parse_grant(json.dumps(bare).encode()) == bare
-
-
-def test_the_controller_answers_are_what_lockd_reads() -> None:
-    answer: GrantAnswer = {"granted": False, "reason": "group g1: 4 of 4 starting", "retryAfter": 1.5}
-    verdict = parse_answer(json.loads(json.dumps(answer)))
-    assert (verdict.granted, verdict.reason, verdict.retry_after) == (False, answer["reason"], 1.5)
-    grantable: WaitAnswer = {"grantable": [{"namespace": "shop", "name": "web-2"}]}
-    assert parse_wait_answer(json.loads(json.dumps(grantable))) == WaitReply(
-        grantable=[("shop", "web-2")], granted=[], granted_for=0.0
-    )
-    granted: WaitAnswer = {
-        "grantable": [],
-        "granted": grants.pod_names([("shop", "web-3")], uids={("shop", "web-3"): "u3"}),
-        "grantedFor": 60.0,
-    }
-    assert parse_wait_answer(json.loads(json.dumps(granted))) == WaitReply(
-        grantable=[], granted=[(("shop", "web-3"), "u3")], granted_for=60.0
-    )
-
-
-def test_a_wait_and_an_admit_request_are_what_the_leader_reads() -> None:
-    wait: WaitRequest = {
-        "node": "n1",
-        "wait": 25.0,
-        "pods": [{"namespace": "shop", "name": "web-2"}, {"namespace": "shop", "name": "web-3", "uid": "u3"}],
-        "grant": True,
-    }
-    assert grants.parse_wait(json.dumps(wait).encode()) == grants.WaitAsk(
-        node="n1",
-        wait=25.0,
-        pods=[("shop", "web-2"), ("shop", "web-3")],
-        uids={("shop", "web-3"): "u3"},
-        grant=True,
-    )
-    admit: AdmitRequest = {
-        "pacerGroups": [["p", "k"]],
-        "bypassedGroups": [],
-        "owner": "rs-uid",
-        "dryRun": False,
-    }
-    assert grants.parse_admit(json.dumps(admit).encode()) == admit

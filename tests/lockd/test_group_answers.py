@@ -1,6 +1,6 @@
-"""lockd's reading of the controller's group grant and wait answers, the grants pushed in a wait's answer
-(used once, by the pod of the uid named, only within half their reservation), and the unavailability clock
-(pure parts)."""
+"""lockd's group pacer client, its pure parts: the controller's grant answer as lockd decides on it, the
+grants pushed in a wait's answer (used once, by the pod of the uid named, only within half their
+reservation), and the unavailability clock. The answers' reading is tests/contracts/test_group_bodies.py's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockd.groups import Availability, PushedGrants, parse_answer, parse_wait_answer
+from lockd.groupclient import Availability, PushedGrants, verdict_of
+from stagger.contracts.groups import read_grant_answer
 
 
 @pytest.mark.parametrize(
@@ -19,23 +20,9 @@ from lockd.groups import Availability, PushedGrants, parse_answer, parse_wait_an
         pytest.param({"granted": False}, False, 1.0, id="default-retry"),
     ],
 )
-def test_answers(data: dict, granted: bool, retry: float) -> None:
-    verdict = parse_answer(data)
-    assert (verdict.granted, verdict.retry_after) == (granted, retry)
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        pytest.param([], id="not-an-object"),
-        pytest.param({"granted": "yes"}, id="granted-not-bool"),
-        pytest.param({"granted": True, "retryAfter": -1}, id="negative-retry"),
-        pytest.param({"granted": True, "retryAfter": True}, id="bool-retry"),
-    ],
-)
-def test_malformed_answers_are_errors(data: object) -> None:
-    with pytest.raises(ValueError):
-        parse_answer(data)
+def test_answers(data: dict[str, object], granted: bool, retry: float) -> None:
+    verdict = verdict_of(read_grant_answer(data))
+    assert (verdict.granted, verdict.retry_after, verdict.failed_open) == (granted, retry, False)
 
 
 @pytest.mark.parametrize(("policy", "granted"), [("open", True), ("closed", False)])
@@ -49,21 +36,6 @@ def test_unavailable_after_the_grace_then_policy(policy: str, granted: bool) -> 
     assert f"groupFailurePolicy {policy}" in late.reason
     clock.succeeded()
     assert not clock.failed(now=200.0, error="refused").granted  # a new outage starts its own clock
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        pytest.param({"granted": []}, id="no-grantable"),
-        pytest.param({"grantable": [], "granted": {}}, id="granted-not-list"),
-        pytest.param({"grantable": [], "granted": [{"namespace": "d"}]}, id="granted-no-name"),
-        pytest.param({"grantable": [], "granted": [{"namespace": "d", "name": "p", "uid": 1}]}, id="bad-uid"),
-        pytest.param({"grantable": [], "grantedFor": -1}, id="negative-granted-for"),
-    ],
-)
-def test_malformed_wait_answers_are_errors(data: object) -> None:
-    with pytest.raises(ValueError):
-        parse_wait_answer(data)
 
 
 def test_a_pushed_grant_is_used_once_by_its_pod_within_half_its_reservation() -> None:

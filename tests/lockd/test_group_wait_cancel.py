@@ -1,4 +1,4 @@
-"""lockd's group wait stream (`lockd.groups.GroupWatch`) stopped mid-poll, over real HTTP: when lockd stops
+"""lockd's group wait stream (`lockd.groupclient.GroupWatch`) stopped mid-poll, over real HTTP: when lockd stops
 while its long poll to the controller is open and the controller then drops the connection, the poll's
 request ends without "Task exception was never retrieved" and its traceback in lockd's log (found by
 `python -m sim chaos`, where a controller leader killed mid-poll did exactly this at lockd's shutdown)."""
@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from lockd.groups import GroupWatch, PushedGrants
+from lockd.groupclient import GroupWatch, PushedGrants
 
 
 async def test_a_poll_cancelled_while_its_request_fails_leaves_no_unretrieved_exception() -> None:

@@ -1,6 +1,19 @@
-"""The group grant API lockd calls (`POST /v1/groups/grant`, the wait stream) and evict mode's admission
-decision (`POST /v1/groups/admit`, asked of the leader by the replicas that do not lead): handlers that
-translate HTTP to the pacing and back."""
+"""The group grant API lockd calls and evict mode's admission decision (docs/contracts.md, "lockd →
+controller: group grants"): handlers that translate HTTP to the pacing and back.
+
+- `POST /v1/groups/grant`: may this pod start now? A grant is reserved at once (counted as starting)
+  so that concurrent asks from other nodes never over-grant.
+- `POST /v1/groups/wait`: a node's long poll: answered as soon as any of the listed held pods may go
+  (or after `wait` seconds with none). lockd keeps one such request open per node, so a group that
+  gains room reaches the node within milliseconds, and the controller's load grows with nodes, not
+  with waiting pods.
+- `POST /v1/groups/admit`: a replica that does not lead asks the leader whether to let an evict-mode pod
+  through (`decide_evict` asks it, `admit` answers it).
+
+All need `Authorization: Bearer <token>` (compared in constant time; 401 otherwise) and are answered
+only by the leader once its counts are rebuilt; any other replica answers 503 naming the leader. The
+bodies are built and read by `stagger.contracts.groups`; the refusals are `webhook.groups.answers`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +26,9 @@ import aiohttp
 from aiohttp import web
 
 from stagger.contracts import groups as contract
-from stagger.groupbook import RESERVATION_SECONDS, Decision, PodKey
+from stagger.contracts.errors import read_error
+from stagger.groupbook import RESERVATION_SECONDS, Decision
+from stagger.objectnames import PodKey
 from stagger.serving import json_response
 from stagger.waiting import wait_event
 from webhook.admission import EvictAnswer, EvictQuestion, wire
@@ -22,7 +37,7 @@ from webhook.app import (
     SETTINGS,
     TOKEN,
 )
-from webhook.groups import grants
+from webhook.groups import answers
 from webhook.groups.state import GROUPS, Groups
 
 __all__ = ["admit", "decide_evict", "grant", "wait"]
@@ -40,13 +55,13 @@ def _refusal(request: web.Request) -> web.Response | None:
         body: wire.ErrorBody = {"error": "the group grant API is off: the controller has no --token-file"}
         return json_response(body, status=403)
     if not token.accepts(request.headers.get("Authorization")):
-        return grants.unauthorized()
+        return answers.unauthorized()
     groups = app[GROUPS]
     if groups.off is not None:
         return json_response({"error": groups.off}, status=503, headers={"Retry-After": "5"})
     if not groups.granting:
         leadership = groups.leadership
-        return grants.not_granting(
+        return answers.not_granting(
             leader=None if leadership is None else leadership.leader,
             is_leader=bool(leadership is not None and leadership.is_leader),
         )
@@ -54,49 +69,43 @@ def _refusal(request: web.Request) -> web.Response | None:
 
 
 async def _read(
-    request: web.Request, parse: Callable[[bytes], T], *, refused: web.Response | None
+    request: web.Request, read: Callable[[object], T], *, refused: web.Response | None
 ) -> T | web.Response:
-    """The request's body as `parse` reads it, or the answer that turns the request away: `refused`
-    (`_refusal`'s, which the caller may have waived), else a 400 naming the bad field."""
+    """The request's body as `read` (a reader of `stagger.contracts.groups`) reads it, or the answer that
+    turns the request away: `refused` (`_refusal`'s, which the caller may have waived), else a 400 naming
+    the bad field."""
     if refused is not None:
         return refused
     try:
-        return parse(await request.read())
-    except ValueError as err:
-        return grants.bad_request(str(err))
+        return read(contract.decode_json(await request.read()))
+    except contract.BodyError as err:
+        return answers.bad_request(str(err))
 
 
 async def grant(request: web.Request) -> web.Response:
-    body = await _read(request, grants.parse_grant, refused=_refusal(request))
+    body = await _read(request, contract.read_grant_request, refused=_refusal(request))
     if isinstance(body, web.Response):
         return body
     where = f" on {body['node']}" if "node" in body else ""
     decision = _grant(request, (body["namespace"], body["name"]), uid=body["uid"], where=where)
-    answer: contract.GrantAnswer = {
-        "granted": decision.granted,
-        "reason": decision.reason,
-        "retryAfter": round(decision.retry_after, 3),
-    }
+    answer = contract.grant_answer(
+        granted=decision.granted, reason=decision.reason, retry_after=decision.retry_after
+    )
     return json_response(answer)
 
 
 async def wait(request: web.Request) -> web.Response:
-    asked = await _read(request, grants.parse_wait, refused=_refusal(request))
+    asked = await _read(request, contract.read_wait_request, refused=_refusal(request))
     if isinstance(asked, web.Response):
         return asked
     pacing = request.app[GROUPS].pacing
-    answer: contract.WaitAnswer
     if asked.grant and (again := pacing.granted_already(asked.pods, uids=asked.uids)):
-        answer = {
-            "grantable": [],
-            "granted": grants.pod_names(again, uids=asked.uids),
-            "grantedFor": round(min(again.values()), 3),
-        }
-        return json_response(answer)
+        return json_response(
+            contract.wait_answer(granted=again, granted_for=min(again.values()), uids=asked.uids)
+        )
     found = await pacing.wait_grantable(asked.pods, within=asked.wait)
     if not asked.grant:
-        answer = {"grantable": grants.pod_names(found, uids=asked.uids)}
-        return json_response(answer)
+        return json_response(contract.wait_answer(grantable=found, uids=asked.uids))
     transport = request.transport
     if transport is None or transport.is_closing():
         # The node hung up while it waited (it names a new pod in a new wait): no grant for an answer nobody
@@ -105,12 +114,9 @@ async def wait(request: web.Request) -> web.Response:
         found = []
     where = f" on {asked.node} in its wait"
     granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), where=where).granted]
-    answer = {
-        "grantable": [],
-        "granted": grants.pod_names(granted, uids=asked.uids),
-        "grantedFor": RESERVATION_SECONDS,
-    }
-    return json_response(answer)
+    return json_response(
+        contract.wait_answer(granted=granted, granted_for=RESERVATION_SECONDS, uids=asked.uids)
+    )
 
 
 def _grant(request: web.Request, key: PodKey, *, uid: str, where: str) -> Decision:
@@ -197,12 +203,12 @@ async def _ask_leader(
         reason = f"this replica does not lead and cannot ask the leader ({why})"
         logger.info("held a pod in evict mode: %s", reason)
         return EvictAnswer(outcome="hold", reason=reason, now=now), False
-    body: contract.AdmitRequest = {
-        "pacerGroups": [list(pair) for pair in question.pacer_groups],
-        "bypassedGroups": [list(pair) for pair in question.bypassed_groups],
-        "owner": question.owner,
-        "dryRun": question.dry_run,
-    }
+    body = contract.admit_request(
+        pacer_groups=question.pacer_groups,
+        bypassed_groups=question.bypassed_groups,
+        owner=question.owner,
+        dry_run=question.dry_run,
+    )
     url = settings.groups.leader_url.rstrip("/") + contract.ADMIT_PATH
     try:
         async with groups.session.post(
@@ -212,10 +218,10 @@ async def _ask_leader(
             ssl=groups.leader_ssl if groups.leader_ssl is not None else True,
             timeout=aiohttp.ClientTimeout(total=settings.groups.admit_timeout),
         ) as response:
-            answer = await response.json(content_type=None)
-            if response.status != 200 or not isinstance(answer, dict):
-                error = answer.get("error") if isinstance(answer, dict) else None
-                raise ValueError(f"HTTP {response.status}: {error or 'unexpected answer'}")
+            data = await response.json(content_type=None)
+            if response.status != 200:
+                raise ValueError(f"HTTP {response.status}: {read_error(data) or 'unexpected answer'}")
+            answer = contract.read_admit_answer(data)
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         logger.info(
             "held a pod in evict mode: the leader could not be asked at %s: %s",
@@ -224,15 +230,12 @@ async def _ask_leader(
         )
         reason = f"the leader could not be asked: {err or type(err).__name__}"
         return EvictAnswer(outcome="hold", reason=reason, now=now), False
-    ticket = answer.get("ticket")
-    held_since = answer.get("heldSince")
-    carried = held_since if isinstance(held_since, int | float) and not isinstance(held_since, bool) else None
     decided = EvictAnswer(
-        outcome="admit" if answer.get("admit") is True else "hold",
-        reason=str(answer.get("reason") or ""),
+        outcome="admit" if answer["admit"] else "hold",
+        reason=answer["reason"],
         now=now,
-        ticket=ticket if isinstance(ticket, str) and ticket else None,
-        held_since=None if carried is None else float(carried),
+        ticket=answer.get("ticket"),
+        held_since=answer.get("heldSince"),
     )
     return decided, True
 
@@ -248,7 +251,7 @@ async def admit(request: web.Request) -> web.Response:
         and await _until_granting(request.app[GROUPS], within=request.app[SETTINGS].groups.admit_timeout / 2)
     ):
         refused = None
-    body = await _read(request, grants.parse_admit, refused=refused)
+    body = await _read(request, contract.read_admit_request, refused=refused)
     if isinstance(body, web.Response):
         return body
     groups = request.app[GROUPS]
@@ -261,9 +264,7 @@ async def admit(request: web.Request) -> web.Response:
     request.app[METRICS].evict_admissions.labels(
         outcome="admit" if decision.admit else "hold", basis=decision.basis
     ).inc()
-    answer: contract.AdmitAnswer = {"admit": decision.admit, "reason": decision.reason}
-    if decision.ticket is not None:
-        answer["ticket"] = decision.ticket
-    if decision.held_since is not None:
-        answer["heldSince"] = decision.held_since
+    answer = contract.admit_answer(
+        admit=decision.admit, reason=decision.reason, ticket=decision.ticket, held_since=decision.held_since
+    )
     return json_response(answer)

@@ -20,11 +20,10 @@ from webhook.groups.podwatch import PodWatch
 if TYPE_CHECKING:
     # Types only: the reconcilers use the group book (`webhook.groups.pacing`), and the wiring above both
     # (`webhook.controller`) makes them.
-    from webhook.failopens import FailOpens
     from webhook.reconcilers.evictions import EvictionReconciler
     from webhook.reconcilers.gates import GateReconciler
 
-__all__ = ["GROUPS", "Groups", "LeaderFactory", "Leadership", "SoleLeader", "sole_leader"]
+__all__ = ["GROUPS", "FailOpenCount", "Groups", "LeaderFactory", "Leadership", "SoleLeader", "sole_leader"]
 
 
 class Leadership(Protocol):
@@ -33,6 +32,19 @@ class Leadership(Protocol):
 
     @property
     def leader(self) -> str | None: ...
+
+
+class FailOpenCount(Protocol):
+    """What the app reads of the leader's counting of fail-opens (`webhook.failopens.FailOpens`, which
+    stands above this part and reads `GROUPS`)."""
+
+    def status(self) -> dict[str, Any]:
+        """The `failOpens` section of `/status`."""
+        ...
+
+    def now_by_cause(self) -> dict[str, int]:
+        """The marked pods known now, by cause (every cause, zeros too)."""
+        ...
 
 
 @dataclass
@@ -59,7 +71,7 @@ class Groups:
     leadership: Leadership | None = None
     gates: GateReconciler | None = None
     evictions: EvictionReconciler | None = None
-    fail_opens: FailOpens | None = None
+    fail_opens: FailOpenCount | None = None
     off: str | None = None
     stopping: bool = False  # shutting down: never grant again
     session: aiohttp.ClientSession | None = None  # the app's one session (API server, the leader)
@@ -74,12 +86,10 @@ class Groups:
 GROUPS = web.AppKey("groups", Groups)
 
 
+# Makes this replica's Leadership and the coroutine function that runs the election (None: nothing to run).
 LeaderFactory = Callable[
     [web.Application, kube.RestClient], tuple[Leadership, Callable[[], Coroutine[Any, Any, None]] | None]
 ]
-
-
-"""Makes this replica's Leadership and the coroutine function that runs the election (None: nothing to run)."""
 
 
 def sole_leader(app: web.Application, client: kube.RestClient) -> tuple[Leadership, None]:

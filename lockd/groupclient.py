@@ -1,7 +1,8 @@
-"""lockd's side of group pacing: asks the controller's group pacer service whether a pod of a staggering
-group may start, and decides what to do when that service cannot be reached.
+"""lockd's client of the controller's group pacer service: asks whether a pod of a staggering group may
+start, follows the node's wait stream, and decides what to do when that service cannot be reached.
 
-The wire contract is in docs/contracts.md ("lockd → controller: group grants").
+The wire contract is in docs/contracts.md ("lockd → controller: group grants"); its bodies are built and
+read by `stagger.contracts.groups`, and this module translates (HTTP status, timeouts, logs).
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ from typing import Any, Literal
 
 import aiohttp
 
-from lockd.ledger import PodKey
-from stagger.contracts.groups import GRANT_PATH, WAIT_PATH, GrantRequest, WaitRequest, pod_name
+from stagger.contracts.groups import (
+    GRANT_PATH,
+    WAIT_PATH,
+    GrantAnswer,
+    GrantRequest,
+    WaitReply,
+    WaitRequest,
+    read_grant_answer,
+    read_wait_answer,
+    wait_request,
+)
+from stagger.objectnames import PodKey
 from stagger.waiting import wait_event
 
 logger = logging.getLogger(__name__)
@@ -81,22 +92,9 @@ class Availability:
         )
 
 
-def parse_answer(data: object) -> GroupVerdict:
-    """The controller's JSON answer → a verdict; raises ValueError if it is not the contract's shape."""
-    if not isinstance(data, dict) or not isinstance(data.get("granted"), bool):
-        raise ValueError(f"answer is not {{granted: bool, reason, retryAfter}}: {str(data)[:200]}")
-    return GroupVerdict(
-        granted=data["granted"],
-        reason=str(data.get("reason") or ""),
-        retry_after=_seconds(data, "retryAfter", default=1.0),
-    )
-
-
-def _seconds(data: dict[str, Any], field_name: str, *, default: float) -> float:
-    value = data.get(field_name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{field_name} must be a number of seconds >= 0 (got {value!r})")
-    return float(value)
+def verdict_of(answer: GrantAnswer) -> GroupVerdict:
+    """The controller's answer (`stagger.contracts.groups.read_grant_answer`) as lockd decides on it."""
+    return GroupVerdict(granted=answer["granted"], reason=answer["reason"], retry_after=answer["retryAfter"])
 
 
 def controller_ssl(ca_file: Path | None) -> ssl.SSLContext | bool:
@@ -149,50 +147,11 @@ class GroupClient:
                 if resp.status != 200:
                     text = (await resp.text())[:200]
                     raise ValueError(f"HTTP {resp.status}: {text}")
-                verdict = parse_answer(await resp.json(content_type=None))
+                verdict = verdict_of(read_grant_answer(await resp.json(content_type=None)))
         except (aiohttp.ClientError, TimeoutError, ValueError) as err:
             return self.availability.failed(now=self._clock(), error=str(err) or type(err).__name__)
         self.availability.succeeded()
         return verdict
-
-
-@dataclass(frozen=True)
-class WaitReply:
-    """The controller's answer to a wait: pods that may go (`grantable`: they ask `POST /v1/groups/grant`)
-    and pods it granted in the answer (`granted`, with their uids as the wait named them), reserved for
-    `granted_for` seconds from when it answered."""
-
-    grantable: list[PodKey]
-    granted: list[tuple[PodKey, str]]
-    granted_for: float
-
-
-def _pod_list(data: dict[str, Any], field_name: str) -> list[tuple[PodKey, str]]:
-    pods = data.get(field_name, [])
-    if not isinstance(pods, list):
-        raise ValueError(f"{field_name} must be a list of {{namespace, name}}: {str(pods)[:200]}")
-    entries: list[tuple[PodKey, str]] = []
-    for pod in pods:
-        if (
-            not isinstance(pod, dict)
-            or not isinstance(pod.get("namespace"), str)
-            or not isinstance(pod.get("name"), str)
-            or not isinstance(pod.get("uid", ""), str)
-        ):
-            raise ValueError(f"{field_name} entries must be {{namespace, name[, uid]}}: {str(pod)[:200]}")
-        entries.append(((pod["namespace"], pod["name"]), pod.get("uid", "")))
-    return entries
-
-
-def parse_wait_answer(data: object) -> WaitReply:
-    """The controller's answer to `POST /v1/groups/wait`; raises ValueError if it is not the contract's shape."""
-    if not isinstance(data, dict) or not isinstance(data.get("grantable"), list):
-        raise ValueError(f"answer is not {{grantable: [{{namespace, name}}]}}: {str(data)[:200]}")
-    return WaitReply(
-        grantable=[key for key, _ in _pod_list(data, "grantable")],
-        granted=_pod_list(data, "granted"),
-        granted_for=_seconds(data, "grantedFor", default=0.0),
-    )
 
 
 class PushedGrants:
@@ -200,8 +159,8 @@ class PushedGrants:
     grant is used only within half the time the controller keeps it reserved (`grantedFor`, counted from
     when lockd read the answer, which is after the controller reserved it), so the pod's `granted-at`
     reaches the controller before the reservation can lapse: the group's limit holds as it does for
-    `POST /v1/groups/grant`. Past that, the pod asks as before (which the controller answers from the same
-    reservation while it lasts). Pure: `now` is given."""
+    `POST /v1/groups/grant`. Past that, the pod asks over `POST /v1/groups/grant` (which the controller answers
+    from the same reservation while it lasts). Pure: `now` is given."""
 
     def __init__(self, *, count: Callable[[PushedOutcome, int], None] = lambda outcome, amount: None) -> None:
         self._until: dict[PodKey, tuple[str, float]] = {}
@@ -339,12 +298,7 @@ class GroupWatch:
 
     async def _poll(self, pods: list[tuple[PodKey, str]]) -> WaitReply | None:
         """One long poll; None when it was cut short because more pods stepped aside meanwhile."""
-        body: WaitRequest = {
-            "node": self._node,
-            "wait": self._wait,
-            "pods": [pod_name(*key, uid) for key, uid in pods],
-            "grant": True,
-        }
+        body = wait_request(node=self._node, wait=self._wait, pods=pods, grant=True)
         request = asyncio.ensure_future(self._post(body))
         # Its failure is handled below or by the caller; when this poll is itself cancelled (lockd
         # stopping) the request may fail after nobody awaits it: mark it seen, never "Task exception was
@@ -374,7 +328,7 @@ class GroupWatch:
                 raise _Unsupported("the controller has no POST /v1/groups/wait (an older version)")
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
-            return parse_wait_answer(await resp.json(content_type=None))
+            return read_wait_answer(await resp.json(content_type=None))
 
     def _set_unhealthy(self, error: str) -> None:
         if self.healthy:
