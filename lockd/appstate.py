@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from lockd import load, params, podtoken
+from lockd import load, params, tokenreview
 from lockd.dependencies import DependencyChecks
 from lockd.metrics import Metrics
 from lockd.service import LockService
@@ -23,7 +23,7 @@ from stagger.serving import json_body
 if TYPE_CHECKING:
     # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
     # never loads the informers, the group client or the Event recorder.
-    from lockd import cluster, groups
+    from lockd import clusterwatch, groupclient
 
 __all__ = [
     "BODIES",
@@ -73,9 +73,9 @@ class ClusterState:
     """Cluster mode's parts; filled in when the app starts (they need the running loop and a session)."""
 
     config: kube.ClusterConfig
-    view: cluster.NodeView | None = None
-    group_watch: groups.GroupWatch | None = None
-    tokens: podtoken.TokenReviewer | None = None
+    view: clusterwatch.NodeView | None = None
+    group_watch: groupclient.GroupWatch | None = None
+    tokens: tokenreview.TokenReviewer | None = None
 
 
 class EncodedBodies:
@@ -110,7 +110,7 @@ HTTP = web.AppKey("http", Outbound)
 DEPENDENCIES = web.AppKey("dependencies", DependencyChecks)
 
 
-def view_of(app: web.Application) -> cluster.NodeView | None:
+def view_of(app: web.Application) -> clusterwatch.NodeView | None:
     """Cluster mode's view of the node (None standalone, or before cluster mode has started)."""
     state = app.get(CLUSTER)
     return state.view if state is not None else None

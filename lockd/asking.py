@@ -12,7 +12,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from lockd import ledger, params, podtoken
+from lockd import ledger, params, tokenreview
 from lockd.appstate import BODIES, CLUSTER, METRICS, QUERIES, SERVICE, SETTINGS, view_of
 from stagger import throttles
 from stagger.contracts.errors import ErrorBody
@@ -125,7 +125,7 @@ def _granted(app: web.Application, outcome: ledger.Granted, query: params.LockQu
 async def check_token(
     app: web.Application, headers: Mapping[str, str], *, namespace: str, name: str, uid: str, peer: str
 ) -> Answer | Literal["verified", "unverified", "standalone"]:
-    """Cluster mode: the pod's service-account token bound to the pod named (lockd/podtoken.py); an answer
+    """Cluster mode: the pod's service-account token bound to the pod named (lockd/tokenreview.py); an answer
     when the request is refused, else whether the token showed it is that pod. A pod of this node that
     admission gave the token (its spec has the token volume) must show it; a new token costs the caller
     `peer` (its address) one review of its own budget."""
@@ -134,13 +134,13 @@ async def check_token(
         return "standalone"
     metrics = app[METRICS]
     try:
-        token = podtoken.bearer_token(headers)
-    except podtoken.BadAuthorization as err:
+        token = tokenreview.bearer_token(headers)
+    except tokenreview.BadAuthorization as err:
         metrics.count("bad_request")
         return error(400, str(err))
     review = await state.tokens.review(token, peer=peer) if token is not None else None
     view = state.view
-    verdict = podtoken.decide(
+    verdict = tokenreview.decide(
         review,
         require=app[SETTINGS].tokens.require_pod_token,
         injected=view is not None and view.has_token_volume(namespace=namespace, name=name),
@@ -148,7 +148,7 @@ async def check_token(
         name=name,
         uid=uid,
     )
-    if isinstance(verdict, podtoken.Refusal):
+    if isinstance(verdict, tokenreview.Refusal):
         metrics.pod_tokens.count("refused")
         metrics.pod_token_refusals.count(verdict.why)
         metrics.count("forbidden" if verdict.status == 403 else "unconfirmed")
@@ -164,20 +164,20 @@ async def _refusal(
     app: web.Application, headers: Mapping[str, str], query: params.LockQuery, *, peer: str
 ) -> Answer | None:
     """Cluster mode: why this caller gets no answer from the queue (its identity on this node, its token)."""
-    from lockd import cluster as cluster_mode  # loaded already: the view is cluster mode's
+    from lockd import clusterwatch  # loaded already: the view is cluster mode's
 
     view = view_of(app)
     assert view is not None
     metrics = app[METRICS]
     try:
-        podtoken.bearer_token(headers)  # a bad header is a bad request, whoever is named
-    except podtoken.BadAuthorization as err:
+        tokenreview.bearer_token(headers)  # a bad header is a bad request, whoever is named
+    except tokenreview.BadAuthorization as err:
         metrics.count("bad_request")
         return error(400, str(err))
     # The identity first: once it holds, the pod is in the view, which says whether it must show a token
     # (a pod the watch has not brought yet is read from the API by the check).
     problem = await view.check_identity(namespace=query.namespace, name=query.name, uid=query.uid)
-    if isinstance(problem, cluster_mode.Unconfirmed):
+    if isinstance(problem, clusterwatch.Unconfirmed):
         metrics.count("unconfirmed")
         return error(503, problem, headers=_RETRY_NOW)
     if problem is not None:

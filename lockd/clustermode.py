@@ -18,13 +18,13 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from lockd import cluster, groups, heap, ledger, pods, podtoken
+from lockd import clusterwatch, groupclient, heap, ledger, pods, tokenreview
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
 from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.metrics import Metrics
 from lockd.nodepolicy import choose_node_policy
-from lockd.parts import Silent
 from lockd.service import LockService, build_service
+from lockd.serviceparts import Silent
 from lockd.settings import Settings
 from stagger import events, kube
 from stagger.informer import InformerSettings
@@ -51,27 +51,27 @@ def _group_parts(
     session: aiohttp.ClientSession,
     service: Callable[[], LockService],
     metrics: Metrics,
-) -> tuple[groups.GroupClient | None, groups.GroupWatch | None]:
+) -> tuple[groupclient.GroupClient | None, groupclient.GroupWatch | None]:
     """The controller's group pacer service: the client that asks for a pod, and the wait stream that
     says when a waiting pod's group may go on. None without `--controller-url`. (`service` is read when
     the stream calls back: the service is built with the client as a part of its finisher.)"""
     options = settings.groups
     if not options.controller_url:
         return None, None
-    controller_ssl = groups.controller_ssl(options.controller_ca_file)
-    client = groups.GroupClient(
+    controller_ssl = groupclient.controller_ssl(options.controller_ca_file)
+    client = groupclient.GroupClient(
         session=session,
         url=options.controller_url,
         token_file=options.controller_token_file,
         timeout=options.controller_timeout,
-        availability=groups.Availability(
+        availability=groupclient.Availability(
             unavailable_after=options.group_unavailable_after,
-            policy=cast(groups.FailurePolicy, options.group_failure_policy),
+            policy=cast(groupclient.FailurePolicy, options.group_failure_policy),
         ),
         clock=time.monotonic,  # the service's clock
         ssl_context=controller_ssl,
     )
-    watch = groups.GroupWatch(
+    watch = groupclient.GroupWatch(
         session=session,
         url=options.controller_url,
         token_file=options.controller_token_file,
@@ -81,9 +81,9 @@ def _group_parts(
         aside=lambda: _aside(service()),
         on_grantable=lambda keys: service().wake_waiters(keys),
         on_unhealthy=lambda: service().ledger.cap_group_aside(
-            service().clock() + groups.UNREACHABLE_RETRY_SECONDS
+            service().clock() + groupclient.UNREACHABLE_RETRY_SECONDS
         ),
-        pushed=groups.PushedGrants(
+        pushed=groupclient.PushedGrants(
             count=lambda outcome, amount: metrics.pushed_grants.count(outcome, amount)
         ),
         clock=time.monotonic,  # the service's clock
@@ -98,7 +98,7 @@ def _aside(service: LockService) -> list[tuple[ledger.PodKey, str]]:
     return [(key, queue[key].uid) for key in service.ledger.group_aside(service.clock())]
 
 
-async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> None:
+async def _sync(app: web.Application, view: clusterwatch.NodeView, names: Names) -> None:
     """Before the first grant: the node's pods listed, and the slots an earlier lockd recorded on them
     counted again."""
     settings, service = app[SETTINGS], app[SERVICE]
@@ -116,7 +116,7 @@ async def _sync(app: web.Application, view: cluster.NodeView, names: Names) -> N
     )
 
 
-def _follow_daemonsets(app: web.Application, view: cluster.NodeView) -> None:
+def _follow_daemonsets(app: web.Application, view: clusterwatch.NodeView) -> None:
     """The cluster's DaemonSets are watched while the node's policy waits for them, and only then: the
     policy is followed wherever it changes (a Node relabel, a policy reload; `_sync` at start). Its changes
     wake the queue; a wait given up at `--daemonset-wait` is counted."""
@@ -139,19 +139,19 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
     # The app's one session (lockd.app opens and closes it), shared with the dependency checks.
     async with contextlib.nullcontext(app[HTTP].get()) as session:
         client = kube.RestClient(session=session, config=state.config)
-        view = cluster.NodeView(
+        view = clusterwatch.NodeView(
             client=client,
             node=settings.node.node_name,
             names=names,
             own_pod=settings.cluster.own_pod,
-            informer_settings=InformerSettings(list_page_size=cluster.NODE_LIST_PAGE_SIZE),
+            informer_settings=InformerSettings(list_page_size=clusterwatch.NODE_LIST_PAGE_SIZE),
             daemonset_wait=settings.cluster.daemonset_wait,
         )
         group_client, group_watch = _group_parts(
             settings, session=session, service=lambda: app[SERVICE], metrics=app[METRICS]
         )
         state.view, state.group_watch = view, group_watch
-        state.tokens = podtoken.TokenReviewer(
+        state.tokens = tokenreview.TokenReviewer(
             client=client, settings=settings.tokens, clock=time.monotonic, wall=time.time
         )
         recorder = events.EventRecorder(client=client) if settings.cluster.events else None
@@ -168,7 +168,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             load=app[LOAD].get,
             dependencies=app[DEPENDENCIES].get,
             node_state=view,
-            finisher=cluster.ClusterFinisher(
+            finisher=clusterwatch.ClusterFinisher(
                 client=client,
                 view=view,
                 groups=group_client,
@@ -178,13 +178,13 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
                 clock=time.monotonic,
             ),
             announcer=(
-                cluster.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=time.time)
+                clusterwatch.EventAnnouncer(recorder=recorder, node=settings.node.node_name, wall=time.time)
                 if recorder is not None
                 else Silent()
             ),
         )
         log_start(app)
-        cluster.follow_pods(view, service)
+        clusterwatch.follow_pods(view, service)
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
         _follow_daemonsets(app, view)
         tasks = [

@@ -1,7 +1,7 @@
 """Cluster mode's watch of the cluster's DaemonSets for `waitForDaemonSets`: one list+watch of
 `apps/v1` daemonsets in all namespaces, run only while the node's policy waits for DaemonSets (a node
 that does not wait costs the API server nothing more), and what it says with the node's pods and Node
-(`lockd.daemonsets`): which DaemonSets the node still waits for, each missing pod waited for at most
+(`lockd.daemonsetwait`): which DaemonSets the node still waits for, each missing pod waited for at most
 `--daemonset-wait`.
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from lockd.daemonsets import (
+from lockd.daemonsetwait import (
     NOT_LISTED,
     DaemonSetView,
     MissingBound,

@@ -7,7 +7,7 @@ request goes on to aiohttp's own protocol, which serves the app's routes (`/stat
 Why: a long poll holds its connection for up to a minute, and a busy node holds hundreds or thousands of
 them. Through aiohttp each waiting poll kept about 13 KiB (its parser and message, a request object, a
 second task, the middlewares' wrappers); here it keeps the transport, the door's `Connection` and one task
-whose frames are the wait itself (tests/bench/waiter_memory_bench.py measures both).
+whose frames are the wait itself (tests/benchmarks/waiter_memory_bench.py measures both).
 
 What is read here is deliberately narrow, and everything else goes to aiohttp unchanged, which answers it as
 it answers any request (malformed HTTP with a JSON 400, `serving.json_errors`): `GET` of `/v1/lock`, `/` or
@@ -108,7 +108,7 @@ class LockAsks:
 
     app: web.Application
     # Response heads, encoded once: a node's answers are few (423 with one body and Retry-After, mostly),
-    # and building one (status phrase, lines, encoding) was a tenth of a 423's cost (tests/bench/lockd.md).
+    # and building one (status phrase, lines, encoding) was a tenth of a 423's cost (tests/benchmarks/lockd.md).
     _heads: dict[tuple[int, int, tuple[tuple[str, str], ...], str, bool], bytes] = field(default_factory=dict)
 
     def __call__(self, head: bytes, *, peer: str, alive: Callable[[], bool]) -> Awaitable[Reply] | None:

@@ -109,7 +109,7 @@ def query_params(raw: str) -> Mapping[str, str]:
     """The parameters of a raw query string, decoded as aiohttp decodes `request.query` (yarl's parser, on
     the same raw string), but not kept: `request.query` stays cached on the request's URL for as long as
     the request lives, and a long poll lives up to a minute (about 0.9 KiB a waiter, measured with
-    tests/bench/waiter_memory_bench.py)."""
+    tests/benchmarks/waiter_memory_bench.py)."""
     return URL.build(query_string=raw, encoded=True).query
 
 

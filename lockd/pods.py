@@ -1,6 +1,6 @@
 """What lockd reads from the pods on its node, as pure functions of pod objects (JSON dicts as the API
 serves them): identity checks, where a pod is in its start-up, what else is starting (or starting again),
-and the slots to rebuild after a restart. Which DaemonSets the node waits for is `lockd.daemonsets`."""
+and the slots to rebuild after a restart. Which DaemonSets the node waits for is `lockd.daemonsetwait`."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def identity_problem(pod: Pod | None, *, node: str, namespace: str, name: str, u
 
 
 TOKEN_VOLUME_KEPT: Final = "stagger:hasTokenVolume"
-"""The key under which lockd's lean copy of a pod (`lockd.cluster.lean_pod`) keeps, instead of the pod's
+"""The key under which lockd's lean copy of a pod (`lockd.clusterwatch.lean_pod`) keeps, instead of the pod's
 volumes, whether it has the token volume: not a field the API server could send (it has a colon)."""
 
 

@@ -115,7 +115,7 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class TokenSettings:
-    """Cluster mode: who asks, by the pod's projected service-account token (lockd/podtoken.py)."""
+    """Cluster mode: who asks, by the pod's projected service-account token (lockd/tokenreview.py)."""
 
     token_audience: str = DEFAULT_TOKEN_AUDIENCE
     require_pod_token: bool = False  # refuse an ask or release without a pod token

@@ -18,7 +18,7 @@ class Wakeup:
 
     One exists per waiter, so it is lean: a flag, and while waiting a bare future and its timer. An
     `asyncio.Event` waited on with `asyncio.timeout` cost 1.6 KiB more a waiter (the Event's deque, the
-    timeout context and two more coroutine frames; tests/bench/waiter_memory_bench.py). Each wait has its
+    timeout context and two more coroutine frames; tests/benchmarks/waiter_memory_bench.py). Each wait has its
     own future (two long polls of one pod may wait at once): a cancelled wait cancels only its own.
     (No __slots__: tests replace `notify` on an instance to see who is woken.)"""
 

@@ -332,12 +332,6 @@ class RestClient:
         self._token = _Token(config)
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
 
-    @classmethod
-    def for_url(
-        cls, *, session: aiohttp.ClientSession, base_url: str, request_timeout: float = 30.0
-    ) -> RestClient:
-        return cls(session=session, config=ClusterConfig(server=base_url), request_timeout=request_timeout)
-
     @property
     def base_url(self) -> str:
         return self._base
@@ -443,17 +437,6 @@ class RestClient:
         if uid is not None:
             options["preconditions"] = {"uid": uid}
         return await self.request("DELETE", resource.path(namespace=namespace, name=name), body=options)
-
-    async def bind(self, *, namespace: str, name: str, node: str) -> dict[str, Any]:
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        return await self.request(
-            "POST", PODS.path(namespace=namespace, name=name, subresource="binding"), body=binding
-        )
 
     async def evict(self, *, namespace: str, name: str, uid: str | None = None) -> dict[str, Any]:
         """POST pods/NAME/eviction. With `uid`, only that pod: another of the same name gets 409 Conflict."""

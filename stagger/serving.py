@@ -206,7 +206,7 @@ def set_tls_read_buffer(size: int) -> None:
     asyncio allocates a read buffer of `SSLProtocol.max_size` (256 KiB) for every TLS connection, client or
     server (Lib/asyncio/sslproto.py: `self._ssl_buffer = bytearray(self.max_size)`), and a documented
     setting to change it there is not: it is a class attribute. The controller holds one long poll open per
-    node, so at 5,000 nodes that buffer alone is 1.25 GiB (tests/bench REPORT.md, section 5). A TLS record
+    node, so at 5,000 nodes that buffer alone is 1.25 GiB (tests/benchmarks REPORT.md, section 5). A TLS record
     carries at most 16 KiB of data, so a buffer of one record loses nothing but a few more reads of a large
     body. Process-wide by necessity: called from a `__main__`, never by a library."""
     if size < 1024:

@@ -75,8 +75,8 @@ class TokenFile:
             return False
         try:
             # aiohttp decodes header bytes that are not UTF-8 as surrogate escapes, which a plain encode()
-            # refuses: such a header was a 500 with a traceback (tests/fuzz/test_webhook_grants.py). Back to
-            # the bytes sent; anything else that cannot be encoded is not the token either.
+            # refuses, and an exception here would be a 500 (tests/fuzz/test_webhook_grants.py). Back to the
+            # bytes sent; anything else that cannot be encoded is not the token either.
             sent = given.strip().encode("utf-8", "surrogateescape")
         except UnicodeEncodeError:
             return False

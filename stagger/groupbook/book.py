@@ -194,13 +194,6 @@ class GroupBook:
                 matches.append((key, claim))
         return matches
 
-    def waiting_in(self, pair: Pair) -> list[PodKey]:
-        """The waiting, unreserved pods of `pair`, oldest first (for /status; O(held))."""
-        state = self._pairs.get(pair)
-        if state is None:
-            return []
-        return [key for _, key in state.waiting if key not in self._reservations]
-
     def has_changes(self) -> bool:
         """Whether anything changed since `take_changed` was last called."""
         return bool(self._changed or self._changed_keys)

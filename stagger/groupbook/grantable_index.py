@@ -2,7 +2,7 @@
 every pair at every change.
 
 At 5,000 nodes and 15,000 groups the leader's book changes some 500 times a second, and recomputing the
-set over every group with held pods at each change took a third of the controller's CPU (tests/bench
+set over every group with held pods at each change took a third of the controller's CPU (tests/benchmarks
 REPORT.md, section 5). Here a pair is recomputed only when the book marks it changed (a pod of it added,
 changed, reserved or gone; a claim counted in it) or when its answer changes with time alone (a start-up
 passes startTimeout, a held pod reaches maxBlockedDuration: `PairGrants.due`, kept in a heap). `update`

@@ -1,4 +1,4 @@
-"""How `python -m tests.bench buys --runs N` folds the runs of one cell into its row: medians of the times
+"""How `python -m tests.benchmarks buys --runs N` folds the runs of one cell into its row: medians of the times
 and ratios when every run reached all Ready, "not reached" otherwise, and the worst run's safety figures;
 the markdown names each run's time, and the requests by kind per pod (a column per cell)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.bench.buys_bench import Row, by_kind_per_pod, cell_medians, markdown
+from tests.benchmarks.buys_bench import Row, by_kind_per_pod, cell_medians, markdown
 
 RUN = Row(
     config="node",
@@ -42,7 +42,7 @@ def test_medians_of_a_cell_and_the_worst_safety_figures() -> None:
     assert (node.all_ready_seconds, node.ratio) == (90.0, 90.0 / 80.0)
     assert (node.restarts, node.max_starting_per_node) == (2, 9)
     assert group == runs[3]  # one run: itself
-    text = markdown(runs, command="python -m tests.bench buys --runs 3")
+    text = markdown(runs, command="python -m tests.benchmarks buys --runs 3")
     assert "| 90.0 [90.0, 100.0, 84.0] |" in text
 
 

@@ -1,4 +1,4 @@
-"""`python -m tests.bench morning`'s herd and table, without running it: buys' scenario made into many
+"""`python -m tests.benchmarks morning`'s herd and table, without running it: buys' scenario made into many
 Deployments on the nodes asked, the node limit's ideal for them, and a configuration that did not reach
 all Ready shown as how many were Ready at the deadline."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.bench.buys_bench import Knobs
-from tests.bench.morning_bench import Shape, at_zero, ideal, markdown, scenario
+from tests.benchmarks.buys_bench import Knobs
+from tests.benchmarks.morning_bench import Shape, at_zero, ideal, markdown, scenario
 from tests.benchmarks.test_buys_medians import RUN as BUYS_RUN
 
 SHAPE = Shape(deployments=40, replicas=25, nodes=20)

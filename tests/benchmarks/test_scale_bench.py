@@ -1,4 +1,4 @@
-"""`python -m tests.bench scale` at a small size (the emulator, the controller and this process as 20 nodes'
+"""`python -m tests.benchmarks scale` at a small size (the emulator, the controller and this process as 20 nodes'
 lockd and their kubelets): the JSON answer starts with the four figures, and its numbers are sane. Not
 timings: a benchmark measures, this only checks that it measured something."""
 
@@ -9,7 +9,7 @@ import json
 import psutil
 import pytest
 
-from tests.bench import __main__ as bench
+from tests.benchmarks import __main__ as bench
 
 pytestmark = pytest.mark.slow
 

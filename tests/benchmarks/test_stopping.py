@@ -1,4 +1,4 @@
-"""A benchmark stopped with SIGTERM (`tests.bench.running.run`) unwinds its `async with` blocks, so the
+"""A benchmark stopped with SIGTERM (`tests.benchmarks.running.run`) unwinds its `async with` blocks, so the
 processes they started are stopped, as with Ctrl-C; without it Python dies at once and leaves them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.processes import clean_env
 SCRIPT = """
 import asyncio, contextlib, sys
 from pathlib import Path
-from tests.bench.running import run
+from tests.benchmarks.running import run
 
 marks = Path(sys.argv[1])
 

@@ -219,7 +219,7 @@ def test_cert_manager_issues_and_injects_the_ca() -> None:
     }
 
 
-# What lockd's HTTPS client does (lockd.groups.controller_ssl: a default context trusting only the file of
+# What lockd's HTTPS client does (lockd.groupclient.controller_ssl: a default context trusting only the file of
 # --controller-ca-file), asking /status under a Service's name.
 CLIENT = """
 import socket, ssl, sys

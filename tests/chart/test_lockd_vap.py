@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lockd.cluster import EVENT_COMPONENT
+from lockd.clusterwatch import EVENT_COMPONENT
 from tests.chart.helm import CHART, FULLNAME, NAMESPACE, PREFIX, RELEASE, Doc, named, render
 from tests.tools import tool
 
@@ -104,7 +104,7 @@ def test_it_reads_the_node_from_the_tokens_claim_and_the_events_lockd_writes() -
     assert (
         "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]" in variables(policy)["nodeName"]
     )
-    # The component lockd writes its Events as (lockd/cluster.py) is the one the policy lets through.
+    # The component lockd writes its Events as (lockd/clusterwatch.py) is the one the policy lets through.
     expressions = " ".join(item["expression"] for item in policy["spec"]["validations"])
     assert f"== '{EVENT_COMPONENT}'" in expressions
     assert "oldObject.spec.?nodeName.orValue('') == variables.nodeName" in expressions

@@ -23,12 +23,12 @@ LOCKD = f"{FULLNAME}-lockd"
 Rule = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
 LOCKD_RULES: set[Rule] = {
-    # get: lockd/cluster.py PodIdentity._read (a pod that asks before the watch showed it);
-    # list, watch: lockd/cluster.py ClusterState.pods, an Informer (stagger/informer.py _relist, _watch)
+    # get: lockd/clusterwatch.py PodIdentity._read (a pod that asks before the watch showed it);
+    # list, watch: lockd/clusterwatch.py ClusterState.pods, an Informer (stagger/informer.py _relist, _watch)
     #   with fieldSelector spec.nodeName=<node>;
-    # patch: lockd/cluster.py, the merge patch recording a grant (granted-at, staggered label removed).
+    # patch: lockd/clusterwatch.py, the merge patch recording a grant (granted-at, staggered label removed).
     ("", "pods", ("get", "list", "watch", "patch"), ()),
-    # list, watch: lockd/cluster.py ClusterState.nodes, an Informer with fieldSelector metadata.name=<node>
+    # list, watch: lockd/clusterwatch.py ClusterState.nodes, an Informer with fieldSelector metadata.name=<node>
     # (the node's labels choose the node policy). Never a plain get.
     ("", "nodes", ("list", "watch"), ()),
     # list, watch: lockd/daemonsetwatch.py DaemonSetWatch.informer, an Informer of every namespace's
@@ -36,7 +36,7 @@ LOCKD_RULES: set[Rule] = {
     ("apps", "daemonsets", ("list", "watch"), ()),
     # create: stagger/events.py EventRecorder.run (lockd/app.py, unless --no-events), core/v1 only.
     ("", "events", ("create",), ()),
-    # create: lockd/podtoken.py TokenReviewer._review (whose is a pod's service-account token).
+    # create: lockd/tokenreview.py TokenReviewer._review (whose is a pod's service-account token).
     ("authentication.k8s.io", "tokenreviews", ("create",), ()),
 }
 

@@ -94,7 +94,7 @@ def test_a_held_replacement_goes_against_its_owner_s_reservation() -> None:
     book = GroupBook()
     claim = evicted_for(book)
     # The owner's replacement R was held (admission got no answer): the group is full with the
-    # reservation, and R used to wait for the reservation to lapse.
+    # reservation, which is R's own: R must not wait for it to lapse.
     book.upsert(held("web-r", created=T0 + 1))
     assert starting(book, T0 + 1) == 1 and book.owner_claims("rs-web") == 1
     assert grantable(book, T0 + 2) == [("shop", "web-r")]

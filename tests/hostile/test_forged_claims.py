@@ -1,7 +1,8 @@
 """Attack: forged AdmissionReviews claiming evict mode's places. Admission takes no credentials (the API
 server presents none by default), so any pod that reaches the controller's TLS port can post a made-up
 review to `/mutate/pods`; in evict mode a review let through claims its pod's place in the group, and that
-claim used to count as starting for a minute (RESERVATION_SECONDS), holding the real pods created next.
+claim, unbounded, would count as starting for a minute (RESERVATION_SECONDS), holding the real pods created
+next.
 
 The bound: a claim admission took lapses unless the pod it names (by the ticket the answer put on it)
 shows in the controller's pod watch within `--claim-confirm-timeout` (here 2 s; default 5 s), counted in

@@ -13,7 +13,7 @@ Why it holds: the API server puts the claim into a token bound to a pod schedule
 (ServiceAccountTokenPodNodeInfo), from the pod's spec.nodeName, and signs it: the holder cannot change
 it. Checked here on the real kube-apiserver (`make control-plane`) with the chart's own objects as Helm
 renders them against it, two Node objects, and lockd's token as the TokenRequest API makes it for lockd's
-pod on node A; lockd's own grant patch (lockd.cluster.ClusterFinisher) and Events
+pod on node A; lockd's own grant patch (lockd.clusterwatch.ClusterFinisher) and Events
 (stagger.events.EventRecorder) still pass. Not covered: which pod an Event is about (an Event names its
 pod, not the pod's node, and a policy cannot read other objects)."""
 
@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 
 from lockd import ledger
-from lockd.cluster import EVENT_COMPONENT, ClusterFinisher, NodeView
+from lockd.clusterwatch import EVENT_COMPONENT, ClusterFinisher, NodeView
 from sim.controlplane.launcher import ControlPlane
 from stagger import events, throttles
 from stagger.informer import InformerSettings
@@ -293,7 +293,7 @@ async def test_lockds_token_names_its_node(world: World) -> None:
 
 
 async def test_lockds_own_grant_patch_and_events_pass(world: World) -> None:
-    """What lockd writes for a grant on its own node: the patch of lockd.cluster.ClusterFinisher, through
+    """What lockd writes for a grant on its own node: the patch of lockd.clusterwatch.ClusterFinisher, through
     lockd's own informer of its node's pods, and a StaggerGranted Event through its EventRecorder."""
     names = Names(prefix=PREFIX)
     async with api(lockd_config(world, world.lockd_token)) as client:

@@ -6,8 +6,8 @@ chart's defaults (no `--require-pod-token`), was given the slot and its release 
 The bound: a pod whose spec has the token volume admission injects (`stagger.contracts.podtoken`) must show
 its token. With lockd's default settings, a tokenless ask or release in such a pod's name is refused (403)
 and changes nothing: the holder keeps its slot, the waiter its place, and the slot the victim was next for
-is still there for the victim's own token. A pod opted in by hand (no such volume) is checked as before, by
-its name and uid on the node. Why: the volume is in the pod's spec, which cannot change after the pod is
+is still there for the victim's own token. A pod opted in by hand (no such volume) is checked by its name and
+uid on the node alone. Why: the volume is in the pod's spec, which cannot change after the pod is
 created, and admission put it there, so lockd knows whom to ask for a token without trusting the caller.
 
 lockd's app over real HTTP, in cluster mode against the API emulator, which issues and reviews the pods'
@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lockd import podtoken
+from lockd import tokenreview
 from tests.lockd_cluster import conftest as cluster
 from tests.lockd_cluster.conftest import ClusterLockd, make_node, make_pod, pod_token, set_ready
 from tests.metrics import by_label
@@ -136,9 +136,9 @@ async def test_a_pod_opted_in_by_hand_is_checked_by_name_and_uid(
     assert (await _refusals(lockd)) == {}
 
 
-REJECTED = podtoken.Rejected("the token was not accepted: invalid bearer token")
-UNANSWERED = podtoken.Unanswered("too many new tokens from 127.0.0.1 at once", "caller_budget", 2.0)
-OWN = podtoken.TokenPod(namespace="ns", name="p", uid="u", service_account="default")
+REJECTED = tokenreview.Rejected("the token was not accepted: invalid bearer token")
+UNANSWERED = tokenreview.Unanswered("too many new tokens from 127.0.0.1 at once", "caller_budget", 2.0)
+OWN = tokenreview.TokenPod(namespace="ns", name="p", uid="u", service_account="default")
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ OWN = podtoken.TokenPod(namespace="ns", name="p", uid="u", service_account="defa
         pytest.param(REJECTED, False, False, (403, "rejected"), id="rejected"),
         pytest.param(OWN, False, True, "verified", id="its own"),
         pytest.param(
-            podtoken.TokenPod(namespace="ns", name="other", uid="o", service_account="default"),
+            tokenreview.TokenPod(namespace="ns", name="other", uid="o", service_account="default"),
             False,
             False,
             (403, "other_pod"),
@@ -160,9 +160,11 @@ OWN = podtoken.TokenPod(namespace="ns", name="p", uid="u", service_account="defa
         ),
     ],
 )
-def test_decide(review: podtoken.Review | None, require: bool, injected: bool, verdict: object) -> None:
-    decided = podtoken.decide(review, require=require, injected=injected, namespace="ns", name="p", uid="u")
-    if isinstance(decided, podtoken.Refusal):
+def test_decide(review: tokenreview.Review | None, require: bool, injected: bool, verdict: object) -> None:
+    decided = tokenreview.decide(
+        review, require=require, injected=injected, namespace="ns", name="p", uid="u"
+    )
+    if isinstance(decided, tokenreview.Refusal):
         assert (decided.status, decided.why) == verdict
         assert decided.retry_after == (2.0 if review is UNANSWERED else 1.0)
     else:

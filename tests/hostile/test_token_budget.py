@@ -26,7 +26,7 @@ import aiohttp
 import pytest
 
 from lockd.appstate import CLUSTER
-from lockd.podtoken import CallerBudgets, TokenReviewer
+from lockd.tokenreview import CallerBudgets, TokenReviewer
 from tests.lockd_cluster import conftest as cluster
 from tests.lockd_cluster.conftest import ClusterLockd, make_node, make_pod, pod_token
 from tests.metrics import by_label

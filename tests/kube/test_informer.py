@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from sim.emulator.server import ApiServer, ApiServerSettings
+from sim.kubeclient import client_for_url
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import CONFIGMAPS, ClusterConfig, Resource, RestClient, WatchEventType
 from tests.waiting import eventually
@@ -29,7 +30,7 @@ async def api() -> AsyncIterator[ApiServer]:
 @pytest.fixture
 async def client(api: ApiServer) -> AsyncIterator[RestClient]:
     async with aiohttp.ClientSession() as session:
-        yield RestClient.for_url(session=session, base_url=api.url)
+        yield client_for_url(session=session, base_url=api.url)
 
 
 def configmap(name: str, value: str = "1") -> dict:
@@ -144,7 +145,7 @@ async def test_lists_in_pages(
 ) -> None:
     caplog.set_level(logging.INFO, logger="stagger.informer")
     async with aiohttp.ClientSession() as session:
-        plain = RestClient.for_url(session=session, base_url=api.url)
+        plain = client_for_url(session=session, base_url=api.url)
         for i in range(7):
             await plain.create(CONFIGMAPS, configmap(f"cm-{i}"), namespace="default")
         client = CountingPages(

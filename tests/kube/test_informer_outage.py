@@ -13,8 +13,9 @@ import aiohttp
 import pytest
 
 from sim.emulator.server import ApiServer, ApiServerSettings
+from sim.kubeclient import client_for_url
 from stagger.informer import Informer, InformerSettings, retry_delay
-from stagger.kube import CONFIGMAPS, RestClient
+from stagger.kube import CONFIGMAPS
 from tests.processes import free_port
 from tests.waiting import eventually
 
@@ -74,7 +75,7 @@ async def test_one_warning_per_outage_and_one_line_on_recovery(
     port = free_port()
     api = ApiServer(ApiServerSettings(port=port))
     await api.start()
-    client = RestClient.for_url(session=session, base_url=api.url)
+    client = client_for_url(session=session, base_url=api.url)
     backoff = Backoff(hold_at=7)
     informer = Informer(
         client=client,
@@ -105,7 +106,7 @@ async def test_one_warning_per_outage_and_one_line_on_recovery(
         await restarted.start()
         backoff.resume.set()
         # A fresh server: the resumed watch answers with the next change.
-        await RestClient.for_url(session=session, base_url=restarted.url).create(
+        await client_for_url(session=session, base_url=restarted.url).create(
             CONFIGMAPS, configmap("after"), namespace="default"
         )
 

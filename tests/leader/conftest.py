@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from sim.emulator.server import ApiServer, ApiServerSettings
+from sim.kubeclient import client_for_url
 from stagger.kube import PODS, ApiError, ClusterConfig, RestClient
 
 NAMESPACE = "default"
@@ -31,7 +32,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture
 def client(api: ApiServer, session: aiohttp.ClientSession) -> RestClient:
-    return RestClient.for_url(session=session, base_url=api.url, request_timeout=10.0)
+    return client_for_url(session=session, base_url=api.url, request_timeout=10.0)
 
 
 async def create_pod(client: RestClient, name: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from sim.emulator.server import ApiServer
+from sim.kubeclient import client_for_url
 from stagger.kube import LEASES, ApiError, RestClient
 from stagger.names import Names
 from tests.leader.conftest import NAMESPACE, Proxy, RecordingClient, create_pod, pod_labels
@@ -219,7 +220,7 @@ async def test_killed_leader_is_replaced_after_the_lease_duration(client: RestCl
 async def test_leader_cut_off_stops_leading_at_its_renew_deadline_before_the_takeover(
     api: ApiServer, session: aiohttp.ClientSession, client: RestClient, proxy: Proxy
 ) -> None:
-    through_proxy = RestClient.for_url(session=session, base_url=proxy.url, request_timeout=10.0)
+    through_proxy = client_for_url(session=session, base_url=proxy.url, request_timeout=10.0)
     async with replicas(("a", through_proxy), ("b", client)) as (a, b):
         a.start()
         await a.wait(leading, 5)

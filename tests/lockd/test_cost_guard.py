@@ -2,7 +2,7 @@
 hand-off or its memory fails here. Every bound is a ratio to a reference measured in the same run on the
 same machine (a bare aiohttp handler, lockd's own /healthz round trip, a bare aiohttp process), with
 several times the headroom the ratio has today, so a busy 2-core CI box does not flake it. The numbers
-themselves are `make bench`'s (tests/bench/lockd_node_bench.py), which measures and asserts nothing.
+themselves are `make bench`'s (tests/benchmarks/lockd_node_bench.py), which measures and asserts nothing.
 
 Today (2-core box): the 423 handler costs about 3-4x the bare handler's in this in-process loop (the bare
 handler builds a canned answer, lockd parses, checks the ledger and the throttles); the hand-off about 3
@@ -23,7 +23,7 @@ import psutil
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from tests.bench import bare_app
+from tests.benchmarks import bare_app
 from tests.lockd.conftest import StartLockd
 from tests.policies import limit_policy
 from tests.processes import clean_env, free_port, wait_until_up
@@ -100,7 +100,7 @@ async def test_lockd_memory_is_close_to_a_bare_aiohttp_process(tmp_path: Path) -
     lport, bport = free_port(), free_port()
     lockd_cmd = [sys.executable, "-m", "lockd", "--standalone", "--listen", f"127.0.0.1:{lport}"]
     lockd_cmd += ["--policies", str(tmp_path / "policies.yaml"), "--log-level", "warning"]
-    bare_cmd = [sys.executable, "-m", "tests.bench.bare_app", "--port", str(bport)]
+    bare_cmd = [sys.executable, "-m", "tests.benchmarks.bare_app", "--port", str(bport)]
     procs = [_start(lockd_cmd), _start(bare_cmd)]
     try:
         lockd, bare = procs
@@ -151,7 +151,7 @@ def test_lockd_in_a_cluster_never_imports_the_kubernetes_package(tmp_path: Path)
     )
     code = (
         "import sys, pathlib\n"
-        "import lockd.__main__, lockd.app, lockd.cluster, lockd.groups, stagger.events, stagger.informer\n"
+        "import lockd.__main__, lockd.app, lockd.clusterwatch, lockd.groupclient, stagger.events, stagger.informer\n"
         "from stagger import kube\n"
         f"kube.load_config(kubeconfig=pathlib.Path({str(kubeconfig)!r}))\n"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from lockd import daemonsets, pods
-from lockd.cluster import lean_node, lean_pod
+from lockd import daemonsetwait, pods
+from lockd.clusterwatch import lean_node, lean_pod
 from stagger.contracts.podtoken import TOKEN_VOLUME
-from stagger.daemonsets import should_run
+from stagger.daemonplacement import should_run
 from stagger.names import Names
 from stagger.podstate import restart_state
 
@@ -179,7 +179,7 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
         lambda p: pods.identity_problem(p, node="n1", namespace="shop", name="web-1", uid="u-1"),
         pods.has_token_volume,
         lambda p: pods.slots_to_rebuild([p], names=names),
-        lambda p: daemonsets.waiting_for([p], view=None, own_pod=None),
+        lambda p: daemonsetwait.waiting_for([p], view=None, own_pod=None),
         lambda p: pods.other_starting([p], names=names, exclude_namespaces=(), holders=()),
         restart_state,
         lambda p: (p["spec"].get("nodeName"), p["spec"].get("hostNetwork"), p["status"].get("podIP")),

@@ -1,6 +1,6 @@
 """Pure pod views of cluster-mode lockd: identity checks, start-up stage, countAllStarting (with pods
 starting again: CrashLoopBackOff, restarted and not ready yet), and which slots to rebuild after a restart.
-DaemonSet readiness is tests/lockd/test_daemonsets.py."""
+DaemonSet readiness is tests/lockd/test_daemonsetwait.py."""
 
 from __future__ import annotations
 

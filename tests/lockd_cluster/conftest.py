@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from lockd import daemon
 from lockd.settings import Settings
 from sim.emulator.server import ApiServer, ApiServerSettings
+from sim.kubeclient import client_for_url
 from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.kube import EVENTS, NODES, PODS, RestClient
 from stagger.names import Names
@@ -35,7 +36,7 @@ async def api() -> AsyncIterator[ApiServer]:
 @pytest.fixture
 async def kube(api: ApiServer) -> AsyncIterator[RestClient]:
     async with aiohttp.ClientSession() as session:
-        yield RestClient.for_url(session=session, base_url=api.url)
+        yield client_for_url(session=session, base_url=api.url)
 
 
 async def make_node(

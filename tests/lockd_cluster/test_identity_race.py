@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lockd.cluster import IdentitySettings, NodeView, Unconfirmed
+from lockd.clusterwatch import IdentitySettings, NodeView, Unconfirmed
 from sim.emulator.server import ApiServer
 from stagger.informer import InformerSettings
 from stagger.kube import PODS, RestClient, WatchEventType

@@ -1,5 +1,5 @@
 """Cluster-mode lockd binds each ask and release to the pod whose projected service-account token comes with
-it (lockd/podtoken.py), with tokens the API emulator issues and reviews as a real API server does: a pod's
+it (lockd/tokenreview.py), with tokens the API emulator issues and reviews as a real API server does: a pod's
 own token is verified and costs one TokenReview however often it asks; another pod's token, one of another
 audience, an expired or made-up one, or a bad Authorization header is refused and changes nothing, and
 made-up tokens by the dozen cost a bounded number of reviews; a release in

@@ -8,7 +8,7 @@ reserves what it grants, and signals every change. Every question is answered fr
 Change signalling: each change of the book bumps `version` and sets the current `asyncio.Event`, which is
 then replaced, so a waiter that looked at version N and waits on the event of version N never misses a
 change (the reconcilers and the steward wait so). The nodes' long polls do not: at 5,000 nodes, waking
-every one of them at each of some 500 changes a second filled the controller's loop (tests/bench
+every one of them at each of some 500 changes a second filled the controller's loop (tests/benchmarks
 REPORT.md, section 5). The grantable set is kept by `groupbook.GrantableIndex`, recomputed only for the
 pairs that changed (once per loop iteration, however many changes it brought), and a long poll is woken
 only when one of the pods it names becomes grantable. Pacer room also changes with time alone (a start-up
@@ -142,7 +142,7 @@ class Pacing:
             # The watch shows the eviction (deletionTimestamp, or the pod gone) before the Eviction API's
             # answer came: the real API server usually sends it first. The place goes to the owner now,
             # so it is never free in between.
-            self._convert(evicting)
+            self._hand_to_owner(evicting)
             return
         key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
         known = self.book.get(key)
@@ -212,12 +212,12 @@ class Pacing:
         watch's deletion in yet, is that pod's replacement: its owner's controller makes one only once the
         pod is going. The eviction counts as done now, so the replacement goes against its owner's
         reservation instead of being decided by the pacers (on a busy leader the replacement's admission
-        can come first: a CI run let two through as new pods, and their reservations then held places
-        nobody used until they lapsed)."""
+        can come first: decided as a new pod it would pass too, and the owner's reservation would then hold
+        a place nobody uses until it lapses)."""
         if owner and not dry_run and not self.book.owner_claims(owner):
             going = next((r for r in self._evicting.values() if r.owner == owner), None)
             if going is not None:
-                self._convert(going)
+                self._hand_to_owner(going)
         decision = groupbook.admit(
             self.book,
             policies=self.policies,
@@ -257,9 +257,11 @@ class Pacing:
         if done is not None:
             self._evicting.pop(record.uid, None)
             return done[1]
-        return self._convert(record)
+        return self._hand_to_owner(record)
 
-    def _convert(self, record: PodRecord) -> Claim | None:
+    def _hand_to_owner(self, record: PodRecord) -> Claim | None:
+        """The evicted pod's place becomes its owner's claim (`GroupBook.evicted`), remembered by the pod's
+        uid for `EVICTED_MEMORY_SECONDS` so that a late event of the pod does not take it back."""
         now = self.clock()
         self._evicting.pop(record.uid, None)
         for uid, (when, _) in list(self._evicted.items()):

@@ -3,7 +3,7 @@
 At 3,000 pods on 50 nodes, one event loop ran every kubelet (each with its pod watch, its start-up model
 and its status writes) and was busy most of the run: a kubelet's reaction to an init client's exit or a
 container's readiness waited behind the other nodes', and each such wait lengthened that node's slots
-(tests/bench/buys.md). A pool process runs the kubelets of some of the nodes: the same `Kubelet` class,
+(tests/benchmarks/buys.md). A pool process runs the kubelets of some of the nodes: the same `Kubelet` class,
 with an HTTP session of its own, launching init clients through the cluster's fork server. Simulated time
 is the same in every process: the pool's clock is given the cluster clock's start, and Linux's
 CLOCK_MONOTONIC is one clock for every process on the machine.

@@ -19,6 +19,7 @@ from sim.cluster.kubernetes.placement import (
     schedule,
 )
 from sim.cluster.objects import set_condition
+from sim.kubeclient import bind_pod
 from stagger.informer import Informer, InformerSettings, cache_key
 from stagger.kube import NODES, PODS, ApiError, RestClient
 from stagger.timestamps import format_rfc3339
@@ -83,8 +84,8 @@ class Scheduler:
         async with self._limit:
             try:
                 if isinstance(decision, Bind):
-                    await self.client.bind(
-                        namespace=decision.namespace, name=decision.name, node=decision.node
+                    await bind_pod(
+                        self.client, namespace=decision.namespace, name=decision.name, node=decision.node
                     )
                     # Assume the binding until the watch confirms it, so the next pass counts this pod.
                     assumed = copy.deepcopy(pod)

@@ -19,7 +19,7 @@ from sim.cluster.kubernetes.workloads.actions import (
     status_patch,
 )
 from sim.cluster.objects import is_terminating, meta, namespace_of, node_name_of
-from stagger.daemonsets import DAEMON_TOLERATIONS
+from stagger.daemonplacement import DAEMON_TOLERATIONS
 from stagger.kube import DAEMONSETS, PODS
 from stagger.objects import Obj
 from stagger.podstate import is_pod_ready, pod_phase
@@ -46,7 +46,7 @@ def _daemon_template_pod(ds: Mapping[str, Any]) -> Obj:
     spec = copy.deepcopy(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
     tolerations = list(spec.get("tolerations") or [])
     # The tolerations the DaemonSet controller adds: the list the product reads too. The one for host
-    # network pods (stagger.daemonsets.HOST_NETWORK_TOLERATION) is left out: this controller does not model it.
+    # network pods (stagger.daemonplacement.HOST_NETWORK_TOLERATION) is left out: this controller does not model it.
     for tol in DAEMON_TOLERATIONS:
         if tol not in tolerations:
             tolerations.append(tol)

@@ -1,17 +1,17 @@
-"""`make bench` (`python -m tests.bench.report [--out bench] [--skip NAME ...]`): runs stagger's benchmarks and
+"""`make bench` (`python -m tests.benchmarks.report [--out bench] [--skip NAME ...]`): runs stagger's benchmarks and
 writes OUT/REPORT.md (the machine, each benchmark's command, its figures against their targets), OUT/results.json
 (every number) and the plots the benchmarks draw. Benchmarks measure; they do not assert: a missed target is
 written down as missed, with what limits it where the benchmark knows.
 
 The benchmarks, each also runnable on its own:
-- lockd on a node (`python -m tests.bench lockd-node`): writes OUT/lockd.json and OUT/lockd.md itself;
-- lockd's memory per long-polling waiter (`python -m tests.bench lockd-waiters`);
-- the controller's admission (`python -m tests.bench admission`) and group pacing at 10,000 pods
-  (`python -m tests.bench groups`);
-- what stagger buys on the simulated cluster (`python -m tests.bench buys`): writes OUT/buys.json, OUT/buys.md
+- lockd on a node (`python -m tests.benchmarks lockd-node`): writes OUT/lockd.json and OUT/lockd.md itself;
+- lockd's memory per long-polling waiter (`python -m tests.benchmarks lockd-waiters`);
+- the controller's admission (`python -m tests.benchmarks admission`) and group pacing at 10,000 pods
+  (`python -m tests.benchmarks groups`);
+- what stagger buys on the simulated cluster (`python -m tests.benchmarks buys`): writes OUT/buys.json, OUT/buys.md
   and OUT/buys.png itself.
-The real herd (`python -m tests.bench realherd`), the controller at Kubernetes' published limits (`python -m
-tests.bench scale`) and the morning scale-up (`python -m tests.bench morning`) are not run: their last
+The real herd (`python -m tests.benchmarks realherd`), the controller at Kubernetes' published limits (`python -m
+tests.benchmarks scale`) and the morning scale-up (`python -m tests.benchmarks morning`) are not run: their last
 OUT/realherd.md, OUT/scale.md and OUT/morning.md are included, and OUT/goals.md (the goals with their latest
 figures, written by hand) heads the report.
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from tests.bench import admission_bench, groups_bench, waiter_memory_bench
+from tests.benchmarks import admission_bench, groups_bench, waiter_memory_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _run_module(which: str) -> None:
     """A benchmark that writes its own files (lockd-node, buys), as its own process."""
-    subprocess.run([sys.executable, "-m", "tests.bench", which], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "tests.benchmarks", which], cwd=ROOT, check=True)
 
 
 def _included(out: Path, name: str) -> list[str]:
@@ -162,7 +162,7 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
     lines = [
         "# stagger benchmarks",
         "",
-        "Written by `make bench` (`python -m tests.bench.report`). The machine below is that run's, for sections 1",
+        "Written by `make bench` (`python -m tests.benchmarks.report`). The machine below is that run's, for sections 1",
         "and 2; sections 3 to 6 include each benchmark's own file, which names its machine, date and command.",
         "Benchmarks measure, they do not assert; tests/lockd/test_cost_guard.py guards against tenfold",
         "regressions in `make test`.",
@@ -170,7 +170,7 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "## Goals",
         "",
         "Issue 26's goals, each with its latest figure, the command that made it and, where missed, by how much",
-        "and what limits it (tests/bench/goals.md, written by hand from the sections below).",
+        "and what limits it (tests/benchmarks/goals.md, written by hand from the sections below).",
         "",
         *_included(out, "goals.md"),
         "",
@@ -180,20 +180,20 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "",
         "## 1. lockd on a node",
         "",
-        "Command: `python -m tests.bench lockd-node` (its own table follows).",
+        "Command: `python -m tests.benchmarks lockd-node` (its own table follows).",
         "",
         *_included(out, "lockd.md"),
         "",
         "### Memory per long-polling waiter",
         "",
-        "Command: `python -m tests.bench lockd-waiters` (goal: <= 8 KiB a waiter; where it goes:",
-        "`python -m tests.bench.waiter_memory_bench --traced`).",
+        "Command: `python -m tests.benchmarks lockd-waiters` (goal: <= 8 KiB a waiter; where it goes:",
+        "`python -m tests.benchmarks.waiter_memory_bench --traced`).",
         "",
         *(_table(results["lockd-waiters"]) if "lockd-waiters" in results else ["(not run)"]),
         "",
         "## 2. The controller",
         "",
-        "Commands: `python -m tests.bench admission` and `python -m tests.bench groups`.",
+        "Commands: `python -m tests.benchmarks admission` and `python -m tests.benchmarks groups`.",
         "",
         *_targets(CONTROLLER_TARGETS, results),
         "",
@@ -203,7 +203,7 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
             lines += [
                 f"### {name}",
                 "",
-                f"Module docstring: tests/bench/{name}_bench.py.",
+                f"Module docstring: tests/benchmarks/{name}_bench.py.",
                 "",
                 *_table(results[name]),
                 "",
@@ -211,27 +211,27 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
     lines += [
         "## 3. What stagger buys",
         "",
-        "Command: `python -m tests.bench buys` (its own table follows; the plot is buys.png).",
+        "Command: `python -m tests.benchmarks buys` (its own table follows; the plot is buys.png).",
         "",
         *_included(out, "buys.md"),
         "",
         "## 4. The real herd, on real nodes",
         "",
-        "Command: `python -m tests.bench realherd` (root, after `make control-plane node-tools image`; not",
+        "Command: `python -m tests.benchmarks realherd` (root, after `make control-plane node-tools image`; not",
         "run by `make bench`, which includes its last realherd.md; the plot is realherd.png).",
         "",
         *_included(out, "realherd.md"),
         "",
         "## 5. The controller at Kubernetes' published limits",
         "",
-        "Command: `python -m tests.bench scale --pods 150000 --nodes 5000` (not run by `make bench`, which",
+        "Command: `python -m tests.benchmarks scale --pods 150000 --nodes 5000` (not run by `make bench`, which",
         "includes its last scale.md, written by hand from that run and its profile).",
         "",
         *_included(out, "scale.md"),
         "",
         "## 6. A morning scale-up",
         "",
-        "Command: `python -m tests.bench morning` (not run by `make bench`, which includes its last morning.md:",
+        "Command: `python -m tests.benchmarks morning` (not run by `make bench`, which includes its last morning.md:",
         "minutes a configuration).",
         "",
         *_included(out, "morning.md"),
@@ -243,7 +243,7 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.report", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.report", description=__doc__)
     parser.add_argument("--out", type=Path, default=ROOT / "bench", help="where to write (default bench/)")
     parser.add_argument(
         "--skip", action="append", default=[], choices=["lockd-node", "lockd-waiters", "admission", "groups", "buys"],

@@ -22,7 +22,7 @@ The cluster: PODS_PER_NODE pods per node of CORES cores (a real cluster's densit
 600 = 10, 3,000 = 50), one Deployment, each pod CPU_SECONDS CPU-seconds to start, liveness deadline
 LIVENESS_SECONDS, node limit K = CORES.
 
-`python -m tests.bench buys [--scales 60,600,3000] [--configs ...] [--control-plane real|emulator]
+`python -m tests.benchmarks buys [--scales 60,600,3000] [--configs ...] [--control-plane real|emulator]
 [--runs N] [--out bench]` writes OUT/buys.json (every run), OUT/buys.md (per cell the median of its runs,
 each run's time in brackets) and OUT/buys.png. With `--runs`, the runs of one cell are spread out (every
 cell once, then every cell again), so that a busy minute on the machine does not fall on one cell's runs.
@@ -56,7 +56,7 @@ from sim.cluster.scenario import NodePool, Scenario, StaggerConfig, Workload, wi
 from sim.cluster.simcluster import ClusterSettings, SimCluster
 from sim.cluster.startup import ModelSettings
 from stagger.policy import parse_policy_text
-from tests.bench import running
+from tests.benchmarks import running
 
 logger = logging.getLogger(__name__)
 
@@ -555,7 +555,7 @@ async def run(
     control_plane: ControlPlaneKind | None = None,
     knobs: Knobs = Knobs(),
     out: Path | None = None,
-    command: str = "python -m tests.bench buys",
+    command: str = "python -m tests.benchmarks buys",
     runs: int = 1,
 ) -> dict[str, object]:
     kind = control_plane or default_control_plane()
@@ -589,10 +589,10 @@ def write(rows: Sequence[Row], *, out: Path, command: str, knobs: Knobs) -> None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.buys_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.buys_bench", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    run_args(args, command="python -m tests.bench.buys_bench " + shlex.join(argv or sys.argv[1:]))
+    run_args(args, command="python -m tests.benchmarks.buys_bench " + shlex.join(argv or sys.argv[1:]))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Processes a benchmark starts and watches (tests/bench/scale_bench.py): one started and awaited until it
+"""Processes a benchmark starts and watches (tests/benchmarks/scale_bench.py): one started and awaited until it
 prints that it serves, then stopped whatever happens; its RSS and CPU through psutil; where it spends its
 time through py-spy (`pip install py-spy`, in the test extra), summarized from py-spy's raw stacks. And
 `run`, the benchmarks' `asyncio.run` that a SIGTERM stops as cleanly as Ctrl-C."""

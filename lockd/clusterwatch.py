@@ -22,7 +22,7 @@ from typing import Any, Final
 import aiohttp
 
 from lockd import daemonsetwatch, ledger, pods
-from lockd.groups import GroupClient, GroupWatch
+from lockd.groupclient import GroupClient, GroupWatch
 from lockd.service import LockService
 from stagger import events, policy, throttles
 from stagger.contracts.failopen import FailOpenCause

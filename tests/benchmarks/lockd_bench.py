@@ -24,7 +24,8 @@ from typing import Literal
 import aiohttp
 import psutil
 
-from stagger.kube import NAMESPACES, NODES, PODS, RestClient
+from sim.kubeclient import client_for_url
+from stagger.kube import NAMESPACES, NODES, PODS
 from tests.processes import clean_env, free_port
 
 CONNECTIONS = 32
@@ -110,7 +111,7 @@ async def _running(proc: asyncio.subprocess.Process) -> AsyncIterator[asyncio.su
 
 async def _cluster_pods(session: aiohttp.ClientSession, api_url: str, names: list[str]) -> list[Pod]:
     """The node and its pods in the emulator, as the scheduler would have bound them."""
-    client = RestClient.for_url(session=session, base_url=api_url)
+    client = client_for_url(session=session, base_url=api_url)
     await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
     pods = []

@@ -1,4 +1,4 @@
-"""`python -m tests.bench [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.bench.buys_bench --help`). `python -m tests.bench realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.bench scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options. `python -m tests.bench morning [--deployments 40 --replicas 25 --nodes 20 ...]`: a morning scale-up of many Deployments from 0 at once, without stagger, with a fixed-time lock and with stagger's node policy, on the simulated cluster (not in the default set: minutes a configuration), bench/morning.{json,md}; `morning --help` for its options."""
+"""`python -m tests.benchmarks [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.benchmarks.buys_bench --help`). `python -m tests.benchmarks realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.benchmarks scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options. `python -m tests.benchmarks morning [--deployments 40 --replicas 25 --nodes 20 ...]`: a morning scale-up of many Deployments from 0 at once, without stagger, with a fixed-time lock and with stagger's node policy, on the simulated cluster (not in the default set: minutes a configuration), bench/morning.{json,md}; `morning --help` for its options."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 
-from tests.bench import (
+from tests.benchmarks import (
     admission_bench,
     buys_bench,
     groups_bench,
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return scale_bench.main(given[1:])
     if given[:1] == ["morning"]:
         return morning_bench.main(given[1:])
-    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
     parser.add_argument("which", nargs="*", help=f"benchmarks to run: {', '.join(KNOWN)} (default: all)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
@@ -52,19 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.which:
         if name == "lockd-node":
-            # Writes tests/bench/lockd.json and tests/bench/lockd.md (medians of 3 runs, against a bare aiohttp handler).
+            # Writes tests/benchmarks/lockd.json and tests/benchmarks/lockd.md (medians of 3 runs, against a bare aiohttp handler).
             lockd_node_bench.main([])
             continue
         if name == "buys":
             results[name] = buys_bench.run_args(
-                args, command="python -m tests.bench " + " ".join(argv or sys.argv[1:])
+                args, command="python -m tests.benchmarks " + " ".join(argv or sys.argv[1:])
             )
         elif name == "groups":
             results[name] = asyncio.run(groups_bench.run())
         elif name == "admission":
             results[name] = asyncio.run(admission_bench.run(seconds=args.seconds))
         elif name == "lockd-waiters":
-            # RSS per long-polling waiter (2,000 and 5,000); `python -m tests.bench.waiter_memory_bench --traced`
+            # RSS per long-polling waiter (2,000 and 5,000); `python -m tests.benchmarks.waiter_memory_bench --traced`
             # also lists where it goes.
             results[name] = asyncio.run(waiter_memory_bench.measure())
         elif name == "lockd-queue":

@@ -3,7 +3,7 @@ cluster's DaemonSets and the Node (JSON dicts as the API serves them), and the b
 DaemonSet whose pod is not on the node.
 
 A DaemonSet is waited for when its pod on this node is not Ready, or when it should run here (as the
-DaemonSet controller decides it: `stagger.daemonsets`) and has no pod here yet: on a new node the
+DaemonSet controller decides it: `stagger.daemonplacement`) and has no pod here yet: on a new node the
 DaemonSet controller creates the pods a moment after the Node appears, and the scheduler binds them a
 moment later, so the node's pods alone miss them (pod-startup-lock's k8s-health waits for every
 DaemonSet that should run on the node). lockd's own DaemonSet and DaemonSets being deleted are never
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from lockd.pods import key_of, meta, stage
-from stagger import daemonsets
+from stagger import daemonplacement
 from stagger.podstate import restart_state
 
 __all__ = [
@@ -39,7 +39,7 @@ Why = Literal["podMissing", "notReady", "crashLoopBackOff", "notListed"]
 
 BOUNDED: Final[frozenset[Why]] = frozenset({"podMissing", "notListed"})
 """What `--daemonset-wait` bounds: a DaemonSet with no pod here, and DaemonSets not listed yet. A pod that
-is here and not Ready is waited for as long as it starts (as before DaemonSets were watched)."""
+is here and not Ready is waited for as long as it starts, with no bound: its kubelet is starting it."""
 
 _TEXT: Final[dict[Why, str]] = {
     "podMissing": "no pod on this node yet",
@@ -96,7 +96,7 @@ def daemonset_view(items: Iterable[Obj], node: Obj | None) -> DaemonSetView:
     for item in items:
         if meta(item).get("deletionTimestamp"):
             deleting.add(uid_of(item))
-        elif node is not None and daemonsets.should_run(item, node):
+        elif node is not None and daemonplacement.should_run(item, node):
             eligible.append(item)
     return DaemonSetView(eligible=tuple(eligible), deleting=frozenset(deleting))
 

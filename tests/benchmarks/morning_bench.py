@@ -7,7 +7,7 @@ or sim's API emulator), in each configuration of `buys` without the controller:
   pod's start-up time at one core, whatever the pod does);
 - `node`: stagger's node policy `maxConcurrent: K` (a slot ends when its pod is Ready).
 
-The cluster and the pods are `buys`' (tests/bench/buys_bench.py: nodes of CORES cores, node limit K = CORES,
+The cluster and the pods are `buys`' (tests/benchmarks/buys_bench.py: nodes of CORES cores, node limit K = CORES,
 each pod CPU_SECONDS CPU-seconds to start, liveness deadline LIVENESS_SECONDS), with DEPLOYMENTS
 Deployments of REPLICAS replicas on NODES nodes (default 40 x 25 = 1,000 pods on 20 nodes, 50 a node).
 The Deployments are created at 0 replicas and their ReplicaSets awaited before the measurement; the
@@ -19,7 +19,7 @@ all pods spread evenly and present at 0; also given each pod's arrival on its no
 (`none` and `fixed` against the node limit's ideal), API requests per pod (the API server's count during
 the run) and the most containers starting at once on a node.
 
-`python -m tests.bench morning [--deployments 40] [--replicas 25] [--nodes 20] [--configs none,fixed,node]
+`python -m tests.benchmarks morning [--deployments 40] [--replicas 25] [--nodes 20] [--configs none,fixed,node]
 [--control-plane real|emulator] [--runs N] [--time-scale 2] [--deadline 600] [--out bench]` writes
 OUT/morning.json (every run) and OUT/morning.md (per configuration the median of its runs). Measures;
 asserts nothing.
@@ -46,8 +46,16 @@ from sim.cluster.scenario import Scenario
 from sim.cluster.simcluster import SimCluster
 from sim.cluster.startup import ModelSettings
 from stagger.kube import DEPLOYMENTS, REPLICASETS
-from tests.bench import buys_bench, running
-from tests.bench.buys_bench import CORES, CPU_SECONDS, LIVENESS_SECONDS, Knobs, Row, cell_medians, machine
+from tests.benchmarks import buys_bench, running
+from tests.benchmarks.buys_bench import (
+    CORES,
+    CPU_SECONDS,
+    LIVENESS_SECONDS,
+    Knobs,
+    Row,
+    cell_medians,
+    machine,
+)
 
 DEPLOYMENTS_COUNT = 40
 REPLICAS = 25
@@ -245,7 +253,7 @@ async def run(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m tests.bench morning",
+        prog="python -m tests.benchmarks morning",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -290,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         client_qps=args.client_qps,
     )
     shape = Shape(deployments=args.deployments, replicas=args.replicas, nodes=args.nodes)
-    command = ("python -m tests.bench morning " + shlex.join(given)).strip()
+    command = ("python -m tests.benchmarks morning " + shlex.join(given)).strip()
     rows = running.run(
         run(
             shape=shape,

@@ -22,7 +22,7 @@ the most pods starting at once on a node, API requests per pod (kube-apiserver's
 during the run: every client's, the kubelets' and controllers' included), and the ideal: PODS x
 CPU_SECONDS / CORES (the cores kept busy with start-up work and nothing else).
 
-`python -m tests.bench realherd [--pods 40] [--configs none,fixed,node,group] [--out bench]` (root, after `make
+`python -m tests.benchmarks realherd [--pods 40] [--configs none,fixed,node,group] [--out bench]` (root, after `make
 control-plane node-tools image`) writes OUT/realherd.json, realherd.md and realherd.png (Ready pods over
 time per configuration). Measures; asserts nothing.
 """
@@ -194,7 +194,7 @@ def plot(rows: list[Row], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.bench realherd", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.benchmarks realherd", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--pods", type=int, default=PODS)
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated: {', '.join(CONFIGS)}")
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configuration(s): {', '.join(sorted(unknown))}")
-    command = "python -m tests.bench realherd " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m tests.benchmarks realherd " + " ".join(argv if argv is not None else sys.argv[1:])
     rows: list[Row] = []
     with RealCluster(nodes=2, images=[IMAGE]) as cluster:
         kube = Kube(cluster)

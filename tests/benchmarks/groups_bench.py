@@ -34,7 +34,8 @@ import psutil
 import trustme
 
 from sim.emulator.server import ApiServer
-from stagger.kube import PODS, RestClient
+from sim.kubeclient import client_for_url
+from stagger.kube import PODS
 from stagger.names import Names
 from tests.processes import clean_env
 
@@ -87,7 +88,7 @@ async def run(*, pods: int = 10_000, groups: int = 1_000, wakes: int = 200) -> d
         ca.configure_trust(context)
         async with ApiServer() as server, aiohttp.ClientSession() as session:
             server.write_kubeconfig(tmp / "kubeconfig")
-            kube = RestClient.for_url(session=session, base_url=server.url)
+            kube = client_for_url(session=session, base_url=server.url)
             queue = list(range(pods))
 
             async def creator() -> None:

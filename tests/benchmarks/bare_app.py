@@ -1,4 +1,4 @@
-"""`python -m tests.bench.bare_app --port N`: the reference the lockd benchmarks divide by: a bare aiohttp app
+"""`python -m tests.benchmarks.bare_app --port N`: the reference the lockd benchmarks divide by: a bare aiohttp app
 answering what lockd answers on the paths measured (the same status, headers and body sizes), with no
 parsing, no ledger, no metrics. Served as lockd serves (handler cancellation on, no access log)."""
 
@@ -43,7 +43,7 @@ def make_app() -> web.Application:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.bare_app")
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.bare_app")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     web.run_app(

@@ -1,4 +1,4 @@
-"""lockd.daemonsets: which DaemonSets a node waits for under waitForDaemonSets (pods on the node not Ready,
+"""lockd.daemonsetwait: which DaemonSets a node waits for under waitForDaemonSets (pods on the node not Ready,
 and DaemonSets that should run here with no pod here yet), lockd's own and those being deleted left out,
 and the bound on waiting for a missing pod (`--daemonset-wait`), which also bounds waiting for DaemonSets
 that cannot be listed (a chart whose RBAC lacks them)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lockd.daemonsets import (
+from lockd.daemonsetwait import (
     NOT_LISTED,
     MissingBound,
     Waiting,
@@ -112,7 +112,7 @@ def waits(
             id="pod-failed-is-replaced",
         ),
         pytest.param(
-            # DaemonSets not listed (yet): the pods on the node alone, as before DaemonSets were watched.
+            # DaemonSets not listed (yet): what the pods on the node say alone.
             [pod("agent-x", owner="agent", namespace="monitoring")],
             None,
             ["monitoring/agent (pod not Ready)"],

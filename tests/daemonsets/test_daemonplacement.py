@@ -1,4 +1,4 @@
-"""stagger.daemonsets: whether a DaemonSet's pod should run on a Node, as the DaemonSet controller decides it
+"""stagger.daemonplacement: whether a DaemonSet's pod should run on a Node, as the DaemonSet controller decides it
 (nodeName, nodeSelector, required node affinity, taints against the template's tolerations and the ones
 the controller adds). Tables per rule, then properties, one of them against the simulated cluster's own
 DaemonSet controller (sim/cluster/kubernetes/workloads/daemonset.py), written apart from this one."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sim.cluster.kubernetes.placement import node_info
 from sim.cluster.kubernetes.workloads.daemonset import daemon_should_run
-from stagger.daemonsets import (
+from stagger.daemonplacement import (
     placement_problem,
     requirement_matches,
     should_run,

@@ -14,8 +14,8 @@ a token the API server accepts gives its sender's budget back.
 
 A pod that admission gave the token (its spec has the token volume, `stagger.contracts.podtoken`) must
 show it: an ask or release in its name without it is refused, and one whose token could not be checked
-is told to ask again. A pod opted in by hand without the token is checked as before, by its name and uid
-on this node, unless `--require-pod-token` says every pod must have one.
+is told to ask again. A pod opted in by hand without the token is checked by its name and uid on this
+node alone, unless `--require-pod-token` says every pod must have one.
 
 Pure but for `TokenReviewer`, which calls the API server.
 """

@@ -11,14 +11,14 @@ in cluster mode on the API emulator), each figure next to its reference measured
   unset, as `make run` from a shell) and the bare aiohttp app's RSS at rest are measured beside it;
 - the 423 path (`/v1/lock` of a queued pod, and pod-startup-lock's `GET /`) and the 200 path (`/v1/lock`
   of the holder asking again) at 64 connections with `wrk -t1 -c64 -d5s --latency`: requests per second,
-  p50/p99 latency and the server's CPU time per request, against `tests.bench.bare_app` (a bare aiohttp
+  p50/p99 latency and the server's CPU time per request, against `tests.benchmarks.bare_app` (a bare aiohttp
   handler returning the same answer) run in turn with lockd, same machine, same wrk command;
 - hand-off: from sending the holder's DELETE to the next waiter's 200, with 100 waiters queued.
 
 Every figure is the median of `runs` runs. Benchmarks measure, they do not assert.
 
-`python -m tests.bench.lockd_node_bench [--runs 3] [--tree DIR --label NAME]` writes tests/bench/lockd.json and
-tests/bench/lockd.md; `--tree` runs lockd from another checkout (a `git worktree` of an older commit) into its
+`python -m tests.benchmarks.lockd_node_bench [--runs 3] [--tree DIR --label NAME]` writes tests/benchmarks/lockd.json and
+tests/benchmarks/lockd.md; `--tree` runs lockd from another checkout (a `git worktree` of an older commit) into its
 own column, for before/after.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from tests.bench import lockd_bench
+from tests.benchmarks import lockd_bench
 from tests.processes import clean_env, free_port
 
 WAITER_COUNTS = (0, 110, 250)
@@ -125,7 +125,7 @@ async def lockd(
 
 @contextlib.asynccontextmanager
 async def bare(port: int, *, env: dict[str, str] | None = None) -> AsyncIterator[psutil.Process]:
-    argv = [sys.executable, "-m", "tests.bench.bare_app", "--port", str(port)]
+    argv = [sys.executable, "-m", "tests.benchmarks.bare_app", "--port", str(port)]
     async with _process(*argv, ready=f"http://127.0.0.1:{port}/healthz", env=env) as proc:
         yield proc
 
@@ -392,7 +392,7 @@ async def cluster_memory(tmp: Path) -> dict[str, Any]:
     """RSS of lockd in cluster mode (on the API emulator, 260 pods on its node) at rest and with 250 long-pollers
     that each show their pod's service-account token (reviewed once per pod), and whether it imported the
     kubernetes package."""
-    from tests.bench.lockd_bench import NODE, _cluster_pods
+    from tests.benchmarks.lockd_bench import NODE, _cluster_pods
 
     api_port, port = free_port(), free_port()
     api, base = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{port}"
@@ -456,7 +456,7 @@ async def _imports_kubernetes(kubeconfig: Path) -> bool:
     package (a running process's sys.modules cannot be read from outside; this is the same code path)."""
     code = (
         "import sys, pathlib\n"
-        "import lockd.__main__, lockd.app, lockd.cluster, lockd.groups\n"
+        "import lockd.__main__, lockd.app, lockd.clusterwatch, lockd.groupclient\n"
         "from stagger import kube\n"
         f"kube.load_config(kubeconfig=pathlib.Path({str(kubeconfig)!r}))\n"
         "print('kubernetes' in sys.modules)\n"
@@ -503,9 +503,9 @@ async def run(*, runs: int = 3) -> dict[str, Any]:
         "machine": started,
         "runs": runs,
         "commands": {
-            "all": "python -m tests.bench.lockd_node_bench --runs 3 [--tree OLD-CHECKOUT --label before] "
-            "(make bench runs it as python -m tests.bench lockd-node)",
-            "load": " ".join(WRK) + " URL, against lockd and python -m tests.bench.bare_app in turn",
+            "all": "python -m tests.benchmarks.lockd_node_bench --runs 3 [--tree OLD-CHECKOUT --label before] "
+            "(make bench runs it as python -m tests.benchmarks lockd-node)",
+            "load": " ".join(WRK) + " URL, against lockd and python -m tests.benchmarks.bare_app in turn",
             "lockd": "python -m lockd --standalone --policies P --max-queue 2000 (P: maxConcurrent 1, holdTimeout 1h)",
         },
         "results": {name: _median_tree(values) for name, values in parts.items()},
@@ -529,7 +529,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """tests/bench/lockd.md: one table per measurement, a column per labelled run (e.g. before / after)."""
+    """tests/benchmarks/lockd.md: one table per measurement, a column per labelled run (e.g. before / after)."""
     labels = [k for k in doc if k not in ("machine", "commands", "notes")]
     res = {label: doc[label]["results"] for label in labels}
     head = "| | " + " | ".join(labels) + " | target |\n|---|" + "---|" * (len(labels) + 1) + "\n"
@@ -565,7 +565,7 @@ def markdown(doc: dict[str, Any]) -> str:
     )
     out.append(
         row(
-            "reference: a bare aiohttp app at rest (tests.bench.bare_app, same SSL_CERT_FILE)",
+            "reference: a bare aiohttp app at rest (tests.benchmarks.bare_app, same SSL_CERT_FILE)",
             lambda r: mib(r["idle_and_waiting"]["0"].get("bare_rss_mib")),
         )
     )
@@ -660,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     global TREE
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.lockd_node_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.lockd_node_bench", description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tree", type=Path, default=ROOT, help="run lockd from this checkout (before/after)")
     parser.add_argument("--label", default="current", help="the column this run fills in the report")

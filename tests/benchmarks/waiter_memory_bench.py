@@ -1,7 +1,7 @@
 """What one long-polling waiter costs lockd in memory (issue 23: goal <= 8 KiB a waiter).
 
-`python -m tests.bench.waiter_memory_bench [--counts 2000 5000] [--traced] [--json]`
-(`python -m tests.bench lockd-waiters` runs the RSS part).
+`python -m tests.benchmarks.waiter_memory_bench [--counts 2000 5000] [--traced] [--json]`
+(`python -m tests.benchmarks lockd-waiters` runs the RSS part).
 
 - RSS: a real standalone `python -m lockd` (policy: maxConcurrent 1, holdTimeout 1h; --max-queue,
   --max-connections above the count, --waiter-idle-timeout 1h). One pod takes the slot; then this process
@@ -202,7 +202,9 @@ async def measure(
     with tempfile.TemporaryDirectory() as tmp:
         policies = Path(tmp) / "policies.yaml"
         policies.write_text(POLICY)
-        command = ["-m", "tests.bench.waiter_memory_bench", "serve-traced"] if traced else ["-m", "lockd"]
+        command = (
+            ["-m", "tests.benchmarks.waiter_memory_bench", "serve-traced"] if traced else ["-m", "lockd"]
+        )
         argv = [sys.executable, *command, *_lockd_args(policies, port, counts[-1])]
         lockd = _lockd(argv, base, log=Path(tmp) / "lockd.log", tree=tree)
         async with lockd as proc, aiohttp.ClientSession() as session:
@@ -325,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["serve-traced"]:
         return serve_traced(given[1:])
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.waiter_memory_bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks.waiter_memory_bench", description=__doc__
+    )
     parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS), help="waiter counts")
     parser.add_argument("--traced", action="store_true", help="also list the top allocation sites (slower)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")

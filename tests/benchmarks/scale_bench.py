@@ -1,4 +1,4 @@
-"""The controller at Kubernetes' published limits (issue 26): `python -m tests.bench scale --pods 150000
+"""The controller at Kubernetes' published limits (issue 26): `python -m tests.benchmarks scale --pods 150000
 --nodes 5000` runs a real `python -m webhook` process (TLS, a token, no leader election) against sim's API
 emulator (`python -m sim apiserver`, a process of its own, over HTTP), with this process as the cluster
 around them, and measures four figures against their goals while a steady stream of pod changes runs:
@@ -59,12 +59,13 @@ import aiohttp
 import psutil
 import trustme
 
+from sim.kubeclient import client_for_url
 from stagger.contracts.groups import GRANT_PATH, WAIT_PATH
 from stagger.kube import PODS, ApiError, RestClient
 from stagger.names import Names
 from stagger.timestamps import format_rfc3339
-from tests.bench import admission_bench, running
-from tests.bench.running import Probe, Profiles, serving
+from tests.benchmarks import admission_bench, running
+from tests.benchmarks.running import Probe, Profiles, serving
 
 NAMES = Names()
 TOKEN = "bench-token"
@@ -135,7 +136,7 @@ def make_pod(index: int, group: int, node: str, *, granted: float | None = None)
 
 
 def grant_patch(now: float) -> dict[str, Any]:
-    """What lockd writes on a pod it granted (lockd/cluster.py)."""
+    """What lockd writes on a pod it granted (lockd/clusterwatch.py)."""
     stamp = format_rfc3339(now)
     annotations = {NAMES.granted_at_annotation: stamp, NAMES.node_slot_annotation: stamp}
     return {"metadata": {"annotations": annotations, "labels": {NAMES.staggered_label: None}}}
@@ -442,7 +443,7 @@ async def run(
             await stack.enter_async_context(plain)
             lockd = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=0))
             await stack.enter_async_context(lockd)
-            api = RestClient.for_url(session=plain, base_url=emu_match[1])
+            api = client_for_url(session=plain, base_url=emu_match[1])
             cluster = Cluster(api=api, session=lockd, groups=size.groups)
             cluster.nodes = [Node(f"node-{n:05d}", cluster) for n in range(size.nodes)]
             began = time.monotonic()
@@ -585,7 +586,9 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench scale", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks scale", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--pods", type=int, default=150_000, help="pods in the cluster (150000)")
     parser.add_argument("--nodes", type=int, default=5_000, help="nodes, each with a lockd stand-in (5000)")
     parser.add_argument("--groups", type=int, help="default: pods / 10")

@@ -1,17 +1,20 @@
-"""`make chart-schema`: writes the policy file's JSON Schema (stagger.policy.schema.json_schema, made from the
-validator's own table) into charts/stagger/values.schema.json as `policies`. tests/chart/test_schema.py fails
-when the two differ, naming this command."""
+"""Write the policy file's JSON Schema (stagger.policy.schema.json_schema, made from the validator's own
+table) into the chart's values.schema.json as `policies`: `make chart-schema` runs this.
+
+    python charts/schemagen.py
+
+tests/chart/test_policy_schema.py fails when the two differ, naming this command."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from stagger.policy.schema import json_schema
-from tests.chart.helm import CHART
 
-VALUES_SCHEMA = CHART / "values.schema.json"
+VALUES_SCHEMA = Path(__file__).resolve().parent / "stagger" / "values.schema.json"
 DESCRIPTION = (
     "the policy file (nodePolicies, staggeringPolicies); empty: configs/_policies.yaml. Checked against the "
     "policy model at install (made by `make chart-schema`); `kubectl stagger check-policy` gives lockd's own "
