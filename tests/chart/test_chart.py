@@ -29,6 +29,7 @@ from tests.chart.helm import (
     NAMESPACE,
     PREFIX,
     RELEASE,
+    RenderError,
     by_kind,
     container,
     env,
@@ -361,3 +362,20 @@ def test_the_charts_app_version_is_staggers_version() -> None:
     """The image tag defaults to appVersion; the processes' build-info metrics say stagger.version.VERSION."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == VERSION
+
+
+def test_lockds_probes_have_a_port_of_their_own() -> None:
+    """The kubelet's probes go to lockd.probePort, a listener apart from the lock port's traffic; the two
+    ports must differ, or the render fails saying so."""
+    docs = render("lockd.port=9500", "lockd.probePort=9501")
+    [lockd] = [d for d in docs if d["kind"] == "DaemonSet"]
+    spec = lockd["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p for p in spec["ports"]}
+    assert ports["probes"] == {"name": "probes", "containerPort": 9501, "protocol": "TCP"}
+    assert "hostPort" not in ports["probes"] and ports["http"]["hostPort"] == 9500
+    assert spec["readinessProbe"]["httpGet"]["port"] == "probes"
+    assert spec["livenessProbe"]["httpGet"]["port"] == "probes"
+    env = {e["name"]: e.get("value") for e in spec["env"]}
+    assert env["STAGGER_PROBE_LISTEN"] == "0.0.0.0:9501"
+    with pytest.raises(RenderError, match=re.escape("lockd.probePort (9400) must differ from lockd.port")):
+        render("lockd.probePort=9400")

@@ -163,9 +163,11 @@ def test_lockds_token_cannot_patch_a_pod_on_another_node(
         )
 
         def patch(pod: str, body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            # A strategic merge (kubectl's default for pods): the containers merge by name, so an image
+            # change is a valid pod update and reaches the admission policy.
             return subprocess.run(
                 [str(tool("kubectl")), "--kubeconfig", str(as_lockd), "patch", "pod", pod, "-n", namespace,
-                 "--type", "merge", "-p", json.dumps(body)],
+                 "-p", json.dumps(body)],
                 capture_output=True, text=True, timeout=60,
             )  # fmt: skip
 

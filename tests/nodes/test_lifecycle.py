@@ -31,7 +31,8 @@ def test_upgrade_changes_the_policy_and_uninstall_leaves_nothing(
     stagger: Release, kube: Kube, real_cluster: RealCluster
 ) -> None:
     release = Release(kube, name="lifecycle", namespace="lifecycle-system", image=stagger.image)
-    values = {"prefix": "lifecycle.stagger.test", "lockd": {"port": PORT}}
+    # Its probe port is on the pod's IP (no hostPort): only its own lock port must differ from it.
+    values = {"prefix": "lifecycle.stagger.test", "lockd": {"port": PORT, "probePort": PORT + 1}}
     release.install({**values, "policies": _policies(1)})
     try:
         release.wait_ready(nodes=len(real_cluster.nodes))
