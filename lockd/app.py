@@ -360,8 +360,9 @@ def make_probe_app(main: web.Application) -> web.Application:
     """The app of `--probe-listen`: `/healthz` and `/readyz` answering for lockd's app `main`, on a listener
     whose connections no caller of the lock port shares."""
     # The door takes no body here (`serving.PROBE_BOUNDS`); aiohttp's own limit is the backstop.
+    most = serving.PROBE_BOUNDS.max_body
     app = web.Application(
-        client_max_size=1024, middlewares=[serving.json_errors(max_body=1024, read_first=True)]
+        client_max_size=most, middlewares=[serving.json_errors(max_body=most, read_first=True)]
     )
     app[MAIN_APP] = main
     app.router.add_get("/healthz", healthz)

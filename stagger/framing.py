@@ -54,6 +54,7 @@ __all__ = [
     "Refusal",
     "Reply",
     "frame_head",
+    "json_body",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,8 @@ class Local(Protocol):
 
 
 def _error_response(refusal: Refusal) -> bytes:
-    body = _json_line({"error": refusal.reason})
+    error: ErrorBody = {"error": refusal.reason}
+    body = json_body(error)
     lines = [
         f"HTTP/1.1 {refusal.status} {http.HTTPStatus(refusal.status).phrase}",
         "Content-Type: application/json; charset=utf-8",
@@ -166,7 +168,10 @@ def _error_response(refusal: Refusal) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-def _json_line(body: ErrorBody) -> bytes:
+def json_body(body: object) -> bytes:
+    """A JSON answer's bytes: UTF-8, ending in a newline, so that two answers printed by `curl` one after
+    the other do not run together on one line (JSON readers skip the trailing whitespace). Every JSON answer
+    of lockd and the controller, the door's own included (`stagger.serving` serves it from here)."""
     return json.dumps(body).encode() + b"\n"
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import signal
@@ -36,6 +35,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from stagger import framing
 from stagger.contracts.errors import ErrorBody
+from stagger.framing import json_body
 
 __all__ = [
     "PROBE_BOUNDS",
@@ -310,12 +310,6 @@ async def serve(
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
         await _cleanup(running)
-
-
-def json_body(body: object) -> bytes:
-    """A JSON answer's bytes: UTF-8, ending in a newline, so that two answers printed by `curl` one after
-    the other do not run together on one line (JSON readers skip the trailing whitespace)."""
-    return json.dumps(body).encode() + b"\n"
 
 
 def json_response(
