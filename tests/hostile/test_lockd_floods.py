@@ -2,7 +2,9 @@
 what makes a server hold memory or a connection (a head far over the limit and then a hang-up, a body
 declared and then trickled a byte a second, a head never ended, a head past 8 KiB in short lines and then
 trickled), against a real `python -m lockd` with its default limits (`--max-connections 2048`,
-`--max-body 4096`, heads of 8 KiB) and its probes on `--probe-listen`.
+`--max-body 4096`, heads of 8 KiB) and its probes on `--probe-listen`. Its node policy counts only
+concurrency: the built-in one also waits while the CPU is over 90% busy, which a loaded test machine is, and
+the last check (lockd still grants) is about the door, not the load.
 
 The bounds, from the issue: lockd's resident memory never passes 96 MiB (three quarters of the chart's
 128 Mi limit), and a second round of the same attack does not grow it (what a closed connection held was freed);
@@ -16,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.hostile.floods import Flood, FloodResult, peak_rss_mib, rss_mib, time_gets
+from tests.policies import limit_policy
 from tests.processes import free_port, running_lockd
 
 CONNECTIONS = 2048
@@ -55,10 +59,19 @@ _OVER_8K_HEAD = b"GET /status HTTP/1.1\r\nHost: x\r\n" + b"".join(
     ],
 )
 def test_a_flood_of_2048_connections_is_bounded_in_memory_and_the_probe_answers(
-    first: bytes, trickle: bool, endings: set[str]
+    first: bytes, trickle: bool, endings: set[str], tmp_path: Path
 ) -> None:
     port, probe_port = free_port(), free_port()
-    args = ("--probe-listen", f"127.0.0.1:{probe_port}", "--header-timeout", f"{DEADLINE:g}s")
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(limit_policy(4))
+    args = (
+        "--probe-listen",
+        f"127.0.0.1:{probe_port}",
+        "--header-timeout",
+        f"{DEADLINE:g}s",
+        "--policies",
+        str(policies),
+    )
     with running_lockd(*args, port=port) as proc:
         before = rss_mib(proc.pid)
 
