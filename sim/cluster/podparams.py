@@ -1,4 +1,9 @@
-"""The pod annotations that parameterise the start-up model, and reading them (pure)."""
+"""The pod annotations that parameterise the start-up model, and reading them (pure).
+
+A main container's ``readinessProbe`` (its timing fields: ``periodSeconds``, ``initialDelaySeconds``,
+``successThreshold``) is read from the container itself, as the kubelet does; what the probe runs does not
+matter to the model.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim.cluster.objects import annotations_of
-from sim.cluster.startup import ContainerSpec, RestartPolicy
+from sim.cluster.startup import DEFAULT_PROBE_PERIOD_SECONDS, ContainerSpec, ReadinessProbe, RestartPolicy
 
 PREFIX = "sim.stagger.dev"
 CPU_SECONDS = f"{PREFIX}/cpu-seconds"
@@ -51,8 +56,31 @@ def restart_policy(pod: Mapping[str, Any]) -> RestartPolicy:
     return "Always"
 
 
-def container_spec(pod: Mapping[str, Any]) -> ContainerSpec:
-    """The model parameters of the pod's (regular) containers."""
+def _probe_number(probe: Mapping[str, Any], key: str, *, default: float, least: float) -> float:
+    value = probe.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return default
+    # The API server rejects a value below the least; the emulator does not check probes, so such a
+    # value gets the default rather than stopping the pod.
+    return float(value) if value >= least else default
+
+
+def readiness_probe(container: Mapping[str, Any]) -> ReadinessProbe | None:
+    """When the kubelet runs the container's ``readinessProbe`` (None: it has none), with Kubernetes'
+    defaults for the fields it leaves out (every 10 s from the start, one success)."""
+    probe = container.get("readinessProbe")
+    if not isinstance(probe, Mapping):
+        return None
+    return ReadinessProbe(
+        period_seconds=_probe_number(probe, "periodSeconds", default=DEFAULT_PROBE_PERIOD_SECONDS, least=1),
+        initial_delay_seconds=_probe_number(probe, "initialDelaySeconds", default=0.0, least=0),
+        success_threshold=int(_probe_number(probe, "successThreshold", default=1, least=1)),
+    )
+
+
+def container_spec(pod: Mapping[str, Any], *, container: Mapping[str, Any] | None = None) -> ContainerSpec:
+    """The model parameters of the pod's (regular) containers; with ``container`` (one of them), its
+    readiness probe too."""
     annotations = annotations_of(pod)
     cpu = _number(annotations, CPU_SECONDS, DEFAULT_CPU_SECONDS)
     liveness = _number(annotations, LIVENESS_SECONDS, DEFAULT_LIVENESS_SECONDS)
@@ -63,6 +91,7 @@ def container_spec(pod: Mapping[str, Any]) -> ContainerSpec:
         liveness_seconds=liveness,
         run_seconds=_number(annotations, RUN_SECONDS, None),
         restart_policy=restart_policy(pod),
+        readiness=readiness_probe(container) if container is not None else None,
     )
 
 

@@ -2,6 +2,8 @@
 
 A scenario (YAML) gives the nodes, the workloads, whether stagger runs (and lockd's policy file), the
 start-up model's parameters, the time scale and a deadline. ``sim/cluster/scenarios/herd.yaml`` is the default.
+A workload's ``readinessPeriodSeconds`` gives its pods a readiness probe (an ``exec`` one: see
+``readiness_probe``); without it they have none, and are Ready as soon as their start-up work is done.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class Workload:
     cpu_seconds: float = podparams.DEFAULT_CPU_SECONDS
     liveness_seconds: float | None = podparams.DEFAULT_LIVENESS_SECONDS
     run_seconds: float | None = None
+    readiness_period: int | None = None
+    """The pods' readiness probe's ``periodSeconds`` (simulated seconds; Kubernetes' default is 10): Ready
+    at the first probe once the start-up work is done. None: no probe, Ready as soon as the work is done.
+    A whole number, as the API's field is."""
     requests: Mapping[str, str] = field(default_factory=dict)
     image: str = DEFAULT_IMAGE
     stagger: bool = True
@@ -197,6 +203,7 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
             "cpuSeconds",
             "livenessSeconds",
             "runSeconds",
+            "readinessPeriodSeconds",
             "requests",
             "image",
             "stagger",
@@ -220,6 +227,9 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
     if completions is not None:
         completions = _integer(data, "completions", path, 1, minimum=1)
     policy = data.get("podFailurePolicy")
+    period = data.get("readinessPeriodSeconds")
+    if period is not None:
+        period = _integer(data, "readinessPeriodSeconds", path, 10, minimum=1)
     replicas_key = "parallelism" if kind == "Job" else "replicas"
     return Workload(
         kind=kind,
@@ -231,6 +241,7 @@ def _parse_workload(data: Mapping[str, Any], path: str) -> Workload:
         cpu_seconds=_number(data, "cpuSeconds", path, podparams.DEFAULT_CPU_SECONDS),
         liveness_seconds=_optional_seconds(data, "livenessSeconds", path, podparams.DEFAULT_LIVENESS_SECONDS),
         run_seconds=_optional_seconds(data, "runSeconds", path, 1.0 if kind == "Job" else None),
+        readiness_period=period,
         requests=requests,
         image=_string(data, "image", path, DEFAULT_IMAGE),
         stagger=stagger,
@@ -387,17 +398,33 @@ def _model_annotations(w: Workload) -> dict[str, str]:
     return result
 
 
+def readiness_probe(period: int) -> Obj:
+    """The readiness probe of a simulated pod's container, run every ``period`` simulated seconds.
+
+    Always an ``exec`` probe, never ``httpGet`` or ``tcpSocket``: lockd runs a held pod's own HTTP and TCP
+    probes against the pod's IP (``lockd/podprobes.py``), and a simulated pod's IP (198.18.128.0/17) is
+    no address anything listens on, so lockd must not try it. lockd never runs an ``exec`` probe (its slot
+    then ends at the Ready condition), and the simulated kubelet runs none at all: its start-up model
+    says when the probe passes (``sim.cluster.startup.probe_ready_at``).
+    """
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise ValueError(f"readiness_period must be a whole number of seconds >= 1, got {period!r}")
+    return {"exec": {"command": ["true"]}, "periodSeconds": period}
+
+
 def pod_template(w: Workload, *, stagger: StaggerConfig, names: Names | None = None) -> Obj:
     names = names or Names()
     labels = {**w.labels, "app": w.name}
+    container: Obj = {
+        "name": "app",
+        "image": w.image,
+        "resources": {"requests": dict(w.requests)} if w.requests else {},
+    }
+    if w.readiness_period is not None:
+        # An exec probe only: lockd would probe an httpGet/tcpSocket one at the unreachable pod IP.
+        container["readinessProbe"] = readiness_probe(w.readiness_period)
     spec: Obj = {
-        "containers": [
-            {
-                "name": "app",
-                "image": w.image,
-                "resources": {"requests": dict(w.requests)} if w.requests else {},
-            }
-        ],
+        "containers": [container],
         "restartPolicy": "Never" if w.kind == "Job" else "Always",
         "terminationGracePeriodSeconds": 30,
     }

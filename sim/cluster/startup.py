@@ -14,15 +14,24 @@ bandwidth thrash, GC pressure), so ``n * rate(n) <= cores`` always, with equalit
 ``n == cores``. With the default ``penalty = 0.5``, 15 containers on 4 cores get 0.27 * 0.42 =
 0.11 core each: a 3 CPU-second start-up then needs 27 s instead of 3 s.
 
-A liveness deadline of ``liveness_seconds`` after each (re)start kills a container that is not
-Ready by then (``Error``, exit code 137): its work is lost, ``restarts`` goes up and, unless its
-restart policy is ``Never``, it starts again after a CrashLoopBackOff-like back-off
-(``backoff_base_seconds * 2 ** (restarts - 1)``, capped at ``backoff_cap_seconds``). A container
-with ``run_seconds`` (a Job's) exits 0 that long after it became Ready; without, it runs until removed.
+A container without a readiness probe is Ready as soon as its work is done. One with a
+``readiness`` probe is Ready at the kubelet's first probe once its work is done (``probe_ready_at``):
+the kubelet runs the probe ``initial_delay_seconds`` after the container started and then every
+``period_seconds`` (Kubernetes' default 10 s), so a container can wait up to one period with its work
+done ("probing"), running but not Ready, and with ``success_threshold`` above 1 that many probes in a row
+must pass. Every duration here is in simulated seconds, the period included.
 
-Containers that are running (Ready) are not part of the contention: the model is about start-ups.
-The node's CPU busy percentage reported to lockd is ``min(100, 100 * starting / cores)`` (each
-starting container asks for one core).
+A liveness deadline of ``liveness_seconds`` after each (re)start kills a container whose work is not
+done by then (``Error``, exit code 137): its work is lost, ``restarts`` goes up and, unless its
+restart policy is ``Never``, it starts again after a CrashLoopBackOff-like back-off
+(``backoff_base_seconds * 2 ** (restarts - 1)``, capped at ``backoff_cap_seconds``). A container whose
+work is done but which waits for its readiness probe is not killed: the app answers its liveness probe
+once it has started. A container with ``run_seconds`` (a Job's) exits 0 that long after it became Ready;
+without, it runs until removed.
+
+Containers whose work is done (probing or Ready) are not part of the contention: the model is about
+start-ups. The node's CPU busy percentage reported to lockd is ``min(100, 100 * starting / cores)``
+(each starting container asks for one core).
 
 The model is event-driven: ``advance`` applies every event between ``now`` and ``until`` exactly at
 its time, whatever the step the caller uses.
@@ -37,13 +46,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
-Phase = Literal["starting", "running", "backoff", "succeeded", "failed"]
+Phase = Literal["starting", "probing", "running", "backoff", "succeeded", "failed"]
+"""``probing``: the start-up work is done, the container waits for its readiness probe (see above)."""
 EventKind = Literal["ready", "killed", "restarted", "exited"]
 
 # Floating point slack when comparing simulated times and amounts of work.
 _EPS = 1e-9
 
 LIVENESS_EXIT_CODE = 137
+
+DEFAULT_PROBE_PERIOD_SECONDS = 10.0
+"""Kubernetes' ``periodSeconds`` of a probe that does not say."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,24 @@ class ModelSettings:
 
 
 @dataclass(frozen=True)
+class ReadinessProbe:
+    """When the kubelet runs a container's readiness probe (what it runs is of no concern to the model:
+    the probe passes once the container's work is done)."""
+
+    period_seconds: float = DEFAULT_PROBE_PERIOD_SECONDS
+    initial_delay_seconds: float = 0.0
+    success_threshold: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.period_seconds > 0:
+            raise ValueError(f"period_seconds must be > 0, got {self.period_seconds}")
+        if self.initial_delay_seconds < 0:
+            raise ValueError(f"initial_delay_seconds must be >= 0, got {self.initial_delay_seconds}")
+        if self.success_threshold < 1:
+            raise ValueError(f"success_threshold must be >= 1, got {self.success_threshold}")
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     """What the model needs to know about one container."""
 
@@ -72,6 +103,8 @@ class ContainerSpec:
     liveness_seconds: float | None = 30.0
     run_seconds: float | None = None
     restart_policy: RestartPolicy = "Always"
+    readiness: ReadinessProbe | None = None
+    """None: Ready as soon as the work is done."""
 
     def __post_init__(self) -> None:
         if self.cpu_seconds < 0:
@@ -101,6 +134,8 @@ class ContainerState:
     work_done: float = 0.0
     restarts: int = 0
     ready_at: float | None = None
+    work_done_at: float | None = None
+    """When the current attempt's work was done (phase probing or running)."""
     backoff_until: float | None = None
     last_termination: Termination | None = None
     """The previous attempt's end, or this container's final end once succeeded/failed."""
@@ -159,6 +194,22 @@ def _unit_hash(text: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+def probe_ready_at(*, probe: ReadinessProbe | None, started_at: float, work_done_at: float) -> float:
+    """When a container started at ``started_at`` whose work was done at ``work_done_at`` is Ready.
+
+    Without a probe: at once. With one, the kubelet probes at ``started_at + initial_delay_seconds +
+    k * period_seconds`` (k = 0, 1, ...); the first probe at or after ``work_done_at`` passes, and the
+    container is Ready once ``success_threshold`` probes in a row have.
+    """
+    if probe is None:
+        return work_done_at
+    first = started_at + probe.initial_delay_seconds
+    period = probe.period_seconds
+    # The slack keeps a probe that falls on the work's end, up to rounding, counted as after it.
+    missed = max(0, math.ceil((work_done_at - first) / period - _EPS))
+    return first + (missed + probe.success_threshold - 1) * period
+
+
 def starting_count(node: NodeModel) -> int:
     return sum(1 for c in node.containers.values() if c.phase == "starting")
 
@@ -199,6 +250,10 @@ def _next_times(containers: Mapping[str, ContainerState], *, now: float, rate: f
                 candidates.append(now + remaining / rate)
             if c.spec.liveness_seconds is not None:
                 candidates.append(c.started_at + c.spec.liveness_seconds)
+        elif c.phase == "probing" and c.work_done_at is not None:
+            candidates.append(
+                probe_ready_at(probe=c.spec.readiness, started_at=c.started_at, work_done_at=c.work_done_at)
+            )
         elif c.phase == "backoff" and c.backoff_until is not None:
             candidates.append(c.backoff_until)
         elif c.phase == "running" and c.spec.run_seconds is not None and c.ready_at is not None:
@@ -217,19 +272,31 @@ def next_event_at(node: NodeModel) -> float | None:
 
 def _apply_event(
     c: ContainerState, *, key: str, now: float, settings: ModelSettings
-) -> tuple[ContainerState, ModelEvent]:
+) -> tuple[ContainerState, ModelEvent | None]:
+    """The container after its event at ``now``, and the event, or None when nothing the kubelet reports
+    changes (work done, the readiness probe still to come: running and not Ready before and after)."""
     if c.phase == "starting":
         if c.spec.cpu_seconds - c.work_done <= _EPS * max(1.0, c.spec.cpu_seconds):
-            return replace(c, phase="running", work_done=c.spec.cpu_seconds, ready_at=now), ModelEvent(
-                at=now, key=key, kind="ready"
-            )
+            done = replace(c, work_done=c.spec.cpu_seconds, work_done_at=now)
+            ready_at = probe_ready_at(probe=c.spec.readiness, started_at=c.started_at, work_done_at=now)
+            if ready_at > now + _EPS:
+                return replace(done, phase="probing"), None
+            return replace(done, phase="running", ready_at=now), ModelEvent(at=now, key=key, kind="ready")
         # Not done: the only other event of a starting container is its liveness deadline.
         return _end_attempt(
             c, now=now, settings=settings, reason="Error", exit_code=LIVENESS_EXIT_CODE, key=key
         )
+    if c.phase == "probing":
+        return replace(c, phase="running", ready_at=now), ModelEvent(at=now, key=key, kind="ready")
     if c.phase == "backoff":
         restarted = replace(
-            c, phase="starting", started_at=now, work_done=0.0, ready_at=None, backoff_until=None
+            c,
+            phase="starting",
+            started_at=now,
+            work_done=0.0,
+            work_done_at=None,
+            ready_at=None,
+            backoff_until=None,
         )
         return restarted, ModelEvent(at=now, key=key, kind="restarted")
     return _end_attempt(c, now=now, settings=settings, reason="Completed", exit_code=0, key=key)
@@ -255,6 +322,7 @@ def _end_attempt(
         ready_at=None,
         backoff_until=until,
         work_done=0.0,
+        work_done_at=None,
         last_termination=termination,
     )
     return backing_off, event
@@ -285,6 +353,7 @@ def advance(node: NodeModel, *, until: float) -> tuple[NodeModel, list[ModelEven
             break
         for key in sorted(k for k, t in times.items() if t <= t_next + _EPS):
             containers[key], event = _apply_event(containers[key], key=key, now=now, settings=settings)
-            events.append(event)
+            if event is not None:
+                events.append(event)
         peak = max(peak, sum(1 for c in containers.values() if c.phase == "starting"))
     return replace(node, now=max(node.now, until), containers=containers, peak_starting=peak), events

@@ -6,7 +6,9 @@ container's. One whose command line names ``webhook.idle`` is evict mode's stub 
 runs, never Ready, using no CPU, until the pod is deleted, and then exits 0; as an init container it
 keeps the pod in Init (Pending, Initialized False) until then. Every other container follows the start-up
 model (``sim.cluster.startup``), which shares the node's cores among the containers starting at the same
-time.
+time; a main container with a ``readinessProbe`` is Ready at the first probe (its ``periodSeconds``,
+``initialDelaySeconds``) once its work is done, as a real kubelet's. The kubelet never runs a probe's
+action: the model says when it passes.
 The kubelet wakes up on pod events, on the model's next event and on subprocess exits, so simulated
 timings do not depend on a polling period.
 
@@ -260,14 +262,21 @@ class Kubelet:
         if not rt.main_started:
             rt.main_started = True
             rt.main_started_at = now
-            try:
-                spec = podparams.container_spec(rt.pod)
-            except podparams.AnnotationError as exc:
-                logger.warning("%s: pod %s: %s; using the defaults", self.settings.node_name, rt.key, exc)
-                spec = podparams.container_spec({"spec": rt.pod.get("spec")})
-            for name in rt.main_names:
-                if name not in rt.stub_mains:
-                    self.model = start_container(self.model, key=model_key(rt.uid, name), spec=spec)
+            self._start_mains(rt)
+
+    def _start_mains(self, rt: PodRuntime) -> None:
+        """Start the pod's main containers in the model, each with its own readiness probe's timing."""
+        try:
+            podparams.container_spec(rt.pod)
+            annotated: Mapping[str, Any] = rt.pod
+        except podparams.AnnotationError as exc:
+            logger.warning("%s: pod %s: %s; using the defaults", self.settings.node_name, rt.key, exc)
+            annotated = {"spec": rt.pod.get("spec")}
+        containers = {str(c.get("name")): c for c in (rt.pod.get("spec") or {}).get("containers") or []}
+        for name in rt.main_names:
+            if name not in rt.stub_mains:
+                spec = podparams.container_spec(annotated, container=containers.get(name))
+                self.model = start_container(self.model, key=model_key(rt.uid, name), spec=spec)
 
     def _progress_stub_init(self, rt: PodRuntime, now: float) -> None:
         """Evict mode's blocking init container: running from now on, never completing (the pod stays in

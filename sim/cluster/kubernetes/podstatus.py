@@ -54,7 +54,8 @@ def view_from_model(
 ) -> ContainerView:
     """Translate the start-up model's container state to what the kubelet reports."""
     base = ContainerView(name=name, image=image, restarts=state.restarts, last=state.last_termination)
-    if state.phase == "starting":
+    if state.phase in ("starting", "probing"):
+        # Probing: the work is done, but the kubelet has not yet run the readiness probe that says so.
         return replace(base, state="running", reason="", started_at=state.started_at, ready=False)
     if state.phase == "running":
         return replace(base, state="running", reason="", started_at=state.started_at, ready=not is_init)
