@@ -47,7 +47,7 @@ from stagger.policywatch import PolicyWatcher
 from stagger.serving import json_response
 
 if TYPE_CHECKING:
-    from lockd import clusterwatch
+    from lockd import clusterwatch, prober
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ async def show_status(request: web.Request) -> web.Response:
         now=service.clock(),
         limit=limit,
         reason=service.current_reason,
-        details=_pod_details(view) if view is not None else None,
+        details=_pod_details(view, app[CLUSTER].prober) if view is not None else None,
         dependencies=dependency_status(
             service.node_policy.dependencies, app[DEPENDENCIES].get(), now=service.clock()
         ),
@@ -210,10 +210,12 @@ async def show_status(request: web.Request) -> web.Response:
     return json_response(doc)
 
 
-def _pod_details(view: clusterwatch.NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
+def _pod_details(
+    view: clusterwatch.NodeView, probes: prober.ReadinessProber | None
+) -> Callable[[ledger.PodKey], dict[str, str]]:
     from lockd import clusterwatch
 
-    return clusterwatch.pod_details(view)
+    return clusterwatch.pod_details(view, probes=probes.describe if probes is not None else None)
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -23,7 +23,7 @@ from stagger.serving import json_body
 if TYPE_CHECKING:
     # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
     # never loads the informers, the group client or the Event recorder.
-    from lockd import clusterwatch, groupclient
+    from lockd import clusterwatch, groupclient, prober
 
 __all__ = [
     "BODIES",
@@ -76,6 +76,7 @@ class ClusterState:
     view: clusterwatch.NodeView | None = None
     group_watch: groupclient.GroupWatch | None = None
     tokens: tokenreview.TokenReviewer | None = None
+    prober: prober.ReadinessProber | None = None
 
 
 class EncodedBodies:

@@ -18,7 +18,7 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from lockd import clusterwatch, groupclient, heap, ledger, pods, tokenreview
+from lockd import clusterwatch, groupclient, heap, ledger, pods, prober, tokenreview
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
 from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.metrics import Metrics
@@ -185,11 +185,20 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
         )
         log_start(app)
         clusterwatch.follow_pods(view, service)
+        state.prober = probes = prober.ReadinessProber(
+            service=lambda: app[SERVICE],
+            pod_of=view.pod,
+            session=session,
+            metrics=app[METRICS],
+            max_in_flight=settings.cluster.probe_max_in_flight,
+            max_timeout=settings.cluster.probe_max_timeout,
+        )
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
         _follow_daemonsets(app, view)
         tasks = [
             asyncio.create_task(view.run(), name="node-informers"),
             asyncio.create_task(_sync(app, view, names), name="sync"),
+            asyncio.create_task(probes.run(), name="readiness-probes"),
         ]
         if group_watch is not None:
             tasks.append(asyncio.create_task(group_watch.run(), name="group-watch"))

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from lockd import daemonsetwatch, ledger, pods
+from lockd import daemonsetwatch, ledger, podprobes, pods
 from lockd.groupclient import GroupClient, GroupWatch
 from lockd.service import LockService
 from stagger import events, policy, throttles
@@ -129,6 +129,9 @@ def lean_pod(pod: dict[str, Any]) -> dict[str, Any]:
             # Of the volumes, only that the pod was given its token for lockd (`pods.has_token_volume`);
             # a pod without one keeps no key, and reads False.
             spec[pods.TOKEN_VOLUME_KEPT] = True
+        if isinstance(spec, dict):
+            # Of the containers, only the probes lockd runs while the pod holds a slot (NO_PROBE is shared).
+            spec[podprobes.PLAN_KEPT] = podprobes.pod_plan(pod)
     if "status" in pod:
         status = _pick(pod["status"], _POD_STATUS_READ)
         if isinstance(status, dict):
@@ -537,14 +540,20 @@ def follow_pods(view: NodeView, service: LockService) -> None:
     view.pods.add_handler(on_pod)
 
 
-def pod_details(view: NodeView) -> Callable[[ledger.PodKey], dict[str, str]]:
-    """For /status: each slot's and waiter's pod phase and why its slot is still held."""
+def pod_details(
+    view: NodeView, *, probes: Callable[[ledger.PodKey], str] | None = None
+) -> Callable[[ledger.PodKey], dict[str, str]]:
+    """For /status: each slot's and waiter's pod phase and why its slot is still held, and with `probes`
+    (lockd/prober.py) the last results of lockd's runs of its probes, or why lockd runs none."""
 
     def details(key: ledger.PodKey) -> dict[str, str]:
         pod = view.pod(key)
-        return {
+        found = {
             "phase": pods.phase(pod) if pod is not None else "Unknown",
             "heldBecause": pods.why_held(pod),
         }
+        if probes is not None and (probed := probes(key)):
+            found["readinessProbe"] = probed
+        return found
 
     return details

@@ -43,6 +43,8 @@ class Slot:
     pending: bool = False
     # Set once the pod is Ready (or gone); the slot ends then, or at minHold after the grant if later.
     release_at: float | None = None
+    # Why it ends at `release_at`: the Ready condition, or lockd's own run of the pod's probe.
+    release_why: str = "ready"
     # SHA-256 of the release token given with the grant: the token itself is never kept.
     token_hash: str = ""
     # Its pod was told to wait first (a StaggerWaiting Event): the grant gets a StaggerGranted Event.

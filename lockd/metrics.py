@@ -265,7 +265,17 @@ class Metrics:
     )
     queue_length: Gauge = _gauge("stagger_lockd_queue_length", "Pods waiting for a slot.")
     slots_ended: Counter = _counter(
-        "stagger_lockd_slots_ended", "Slots ended, by why: released, expired.", "why"
+        "stagger_lockd_slots_ended",
+        "Slots ended, by why: released (DELETE), ready (the pod's Ready condition), probedReady (lockd's own "
+        "run of the pod's readiness probe passed), finished, deleted, expired (holdTimeout).",
+        "why",
+    )
+    probes: Counter = _counter(
+        "stagger_lockd_probes",
+        "lockd's own runs of held pods' readiness probes (node policy probeReadiness), one a container, by "
+        "result: passed, failed (refused, timed out, or an HTTP status outside 2xx), skipped (more probes "
+        "in flight than --probe-max-in-flight: tried at the next period).",
+        "result",
     )
     waits_given_up: Counter = _counter(
         "stagger_lockd_waits_given_up",

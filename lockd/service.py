@@ -46,7 +46,7 @@ class Counters:
     expired: int = 0
 
 
-EndReason = Literal["released", "ready", "finished", "deleted"]
+EndReason = Literal["released", "ready", "probedReady", "finished", "deleted"]
 
 
 def token_hash(token: str) -> str:
@@ -450,6 +450,18 @@ class LockService:
             self.metrics.waits_given_up.labels(why="startedWithoutSlot").inc()
         self.wake_next()
 
+    def probed_ready(self, key: ledger.PodKey, *, granted_at: float) -> None:
+        """lockd's own run of the pod's probes passed (lockd/prober.py): the slot granted at `granted_at`
+        ends as at Ready (not before minHold); a slot since ended, or granted anew, is left alone."""
+        slot = self.ledger.slots.get(key)
+        if slot is None or slot.pending or slot.granted_at != granted_at or slot.release_at is not None:
+            return
+        hold_until = slot.granted_at + self.node_policy.min_hold
+        if self.clock() < hold_until:
+            slot.release_at, slot.release_why = hold_until, "probedReady"
+        else:
+            self.release(namespace=key[0], name=key[1], why="probedReady")
+
     def _not_polling(self, key: ledger.PodKey) -> bool:
         waiter = self.ledger.queue.get(key)
         return waiter is not None and waiter.polling == 0
@@ -479,8 +491,10 @@ class LockService:
         now = self.clock()
         due = self.ledger.due_releases(now)
         for slot in due:
-            self.metrics.slots_ended.labels(why="ready").inc()
-            logger.info("slot of %s/%s ended (ready, after minHold)", slot.namespace, slot.name)
+            self.metrics.slots_ended.labels(why=slot.release_why).inc()
+            logger.info(
+                "slot of %s/%s ended (%s, after minHold)", slot.namespace, slot.name, slot.release_why
+            )
         expired = self.ledger.expire(now)
         for slot in expired:
             logger.warning(

@@ -111,6 +111,10 @@ class ClusterSettings:
     events: bool = True
     # waitForDaemonSets: how long a DaemonSet that should run on the node but has no pod there holds grants.
     daemonset_wait: float = 120.0
+    # probeReadiness (lockd/prober.py): checks of held pods' probes in flight at once on the node, and the
+    # longest one may take whatever the probe's timeoutSeconds (a pod's probe that hangs holds no more).
+    probe_max_in_flight: int = 32
+    probe_max_timeout: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--group-failure-policy", ("STAGGER_GROUP_FAILURE_POLICY",), "group_failure_policy",
            "controller unreachable: open = node throttles alone decide (default), closed = grouped pods wait",
            one_of("open", "closed"), "open|closed"),
+    Option("--probe-max-in-flight", ("STAGGER_PROBE_MAX_IN_FLIGHT",), "probe_max_in_flight",
+           "node policy probeReadiness: checks of held pods' probes in flight at once; more wait for the next "
+           "period (default 32)", whole(1), "N"),
+    Option("--probe-max-timeout", ("STAGGER_PROBE_MAX_TIMEOUT",), "probe_max_timeout",
+           "node policy probeReadiness: the longest one check of a pod's probe may take, whatever its "
+           "timeoutSeconds (default 5s)", seconds(at_most=60), "DURATION"),
     Option("--daemonset-wait", ("STAGGER_DAEMONSET_WAIT",), "daemonset_wait",
            "waitForDaemonSets: how long a DaemonSet that should run on this node but has no pod here yet "
            "holds grants; then lockd stops waiting for it, logs it and counts it (default 2m)", seconds(),

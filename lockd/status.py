@@ -40,6 +40,7 @@ class SlotStatus(TypedDict, total=False):
     pending: bool
     phase: str  # cluster mode
     heldBecause: str  # cluster mode
+    readinessProbe: str  # cluster mode: lockd's last run of the pod's probes, or why it runs none
 
 
 class QueueStatus(TypedDict, total=False):
@@ -117,6 +118,8 @@ def build_status(
         if details is not None and not slot.anonymous:
             found = details((slot.namespace, slot.name))
             entry["phase"], entry["heldBecause"] = found["phase"], found["heldBecause"]
+            if "readinessProbe" in found:
+                entry["readinessProbe"] = found["readinessProbe"]
         slots.append(entry)
     queue: list[QueueStatus] = []
     for position, waiter in enumerate(book.waiters(limit), start=1):

@@ -143,6 +143,12 @@ class NodePolicy:
     # How many pods may wait in lockd's queue on this node; None: lockd's --max-queue.
     max_queue: int | None = None
     dependencies: tuple[Dependency, ...] = ()
+    # While a pod holds its slot, lockd runs the pod's own readiness (or startup) probe every `probe_period`
+    # and ends the slot once it passes, instead of waiting for the kubelet's next look (its periodSeconds,
+    # 10 s by default, up to one period lost per slot). httpGet and tcpSocket only; exec, grpc or no probe:
+    # the slot ends at the Ready condition as before (lockd/podprobes.py).
+    probe_readiness: bool = True
+    probe_period: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,8 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
         "waitForDaemonSets": policy.wait_for_daemonsets,
         "excludeNamespaces": list(policy.exclude_namespaces),
         "maxQueue": policy.max_queue,
+        "probeReadiness": policy.probe_readiness,
+        "probePeriodSeconds": policy.probe_period,
         "dependencies": [
             {"kind": dependency.kind, "target": dependency.shown_target, "timeoutSeconds": dependency.timeout}
             for dependency in policy.dependencies

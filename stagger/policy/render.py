@@ -163,6 +163,7 @@ _NODE_DURATIONS = (
     ("minHold", "min_hold"),
     ("maxWait", "max_wait"),
     ("unreachableWait", "unreachable_wait"),
+    ("probePeriod", "probe_period"),
 )
 
 
@@ -193,6 +194,7 @@ def _node(policy: NodePolicy) -> dict[str, Any]:
         default=_default(cls, "wait_for_daemonsets"),
     )
     _put(document, "maxQueue", policy.max_queue, default=None)
+    _put(document, "probeReadiness", policy.probe_readiness, default=_default(cls, "probe_readiness"))
     if policy.dependencies:
         document["dependencies"] = [_dependency(each) for each in policy.dependencies]
     return document

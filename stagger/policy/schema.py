@@ -272,6 +272,8 @@ _NODE_POLICY = mapping(
         Key("unreachableWait", "unreachable_wait", duration()),
         Key("maxQueue", "max_queue", integer(minimum=1)),
         Key("dependencies", "dependencies", list_of(_DEPENDENCY)),
+        Key("probeReadiness", "probe_readiness", boolean),
+        Key("probePeriod", "probe_period", duration()),
     ],
     NodePolicy,
 )

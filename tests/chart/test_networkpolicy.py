@@ -49,13 +49,23 @@ def test_each_part_accepts_only_its_ports_and_reaches_only_dns_the_api_and_the_c
     for policy in (lockd, controller):
         assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
         assert egress_ports(policy) == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (9443, "TCP")}
-        to_controller = [r for r in policy["spec"]["egress"] if any(p["port"] == 9443 for p in r["ports"])]
+        to_controller = [
+            r for r in policy["spec"]["egress"] if any(p["port"] == 9443 for p in r.get("ports", []))
+        ]
         assert (
             to_controller[0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
             == "controller"
         )
     assert ingress_ports(lockd) == {9500, 9501}
     assert ingress_ports(controller) == {9443, 9091}
+    # lockd alone reaches the pods, on any port: it runs held pods' readiness probes.
+    to_pods = {"to": [{"namespaceSelector": {}}]}
+    assert to_pods in lockd["spec"]["egress"] and to_pods not in controller["spec"]["egress"]
+
+
+def test_lockd_reaches_no_pod_when_told_not_to() -> None:
+    found = policies(render("networkPolicy.enabled=true", "networkPolicy.lockdProbesPods=false"))
+    assert all("ports" in rule for rule in found[f"{FULLNAME}-lockd"]["spec"]["egress"])
 
 
 def test_the_api_server_addresses_and_extra_rules() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lockd import daemonsetwait, pods
+from lockd import daemonsetwait, podprobes, pods
 from lockd.clusterwatch import lean_node, lean_pod
 from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.daemonplacement import should_run
@@ -19,7 +19,7 @@ from stagger.podstate import restart_state
 
 
 def test_a_pod_keeps_all_but_managed_fields_and_the_last_applied_copy() -> None:
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {
             "name": "p",
             "uid": "u",
@@ -39,7 +39,9 @@ def test_a_pod_keeps_all_but_managed_fields_and_the_last_applied_copy() -> None:
         "annotations": {"x/y": "1"},
         "ownerReferences": [{"kind": "ReplicaSet"}],
     }
-    assert lean["spec"] == pod["spec"] and lean["status"] == pod["status"]
+    # Of the containers, the spec keeps their probe plan (none here: the plan every such pod shares).
+    assert lean["spec"] == pod["spec"] | {podprobes.PLAN_KEPT: podprobes.NO_PROBE}
+    assert lean["status"] == pod["status"]
     assert "managedFields" in pod["metadata"]  # the object given is not changed
     assert lean_pod({"metadata": {"name": "q"}, "status": {}}) == {"metadata": {"name": "q"}, "status": {}}
 
@@ -178,6 +180,7 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
         lambda p: pods.uses_stagger(p, names=names),
         lambda p: pods.identity_problem(p, node="n1", namespace="shop", name="web-1", uid="u-1"),
         pods.has_token_volume,
+        podprobes.pod_plan,
         lambda p: pods.slots_to_rebuild([p], names=names),
         lambda p: daemonsetwait.waiting_for([p], view=None, own_pod=None),
         lambda p: pods.other_starting([p], names=names, exclude_namespaces=(), holders=()),
@@ -189,10 +192,14 @@ def test_every_reading_is_the_same_on_the_lean_copy(pod: dict[str, Any]) -> None
     # The readings are not vacuous: the pod uses stagger, and while it starts its node slot is rebuilt.
     assert pods.uses_stagger(lean, names=names)
     assert pods.has_token_volume(lean) and pods.has_token_volume(lean_pod(lean))
+    assert podprobes.pod_plan(lean).probed  # the app's httpGet readiness probe
     assert (pods.slots_to_rebuild([lean], names=names) != []) == (pods.stage(lean) == "starting")
     # ... and its container, which ran before (restartCount 1), is read as starting again while it runs and
     # is not ready, or waits in CrashLoopBackOff.
     app = pod["status"]["containerStatuses"][0]
     restarting = "restarting" if app["state"] == RUNNING and not app["ready"] else None
     assert restart_state(lean) == ("crashLoopBackOff" if app["state"] == CRASHING else restarting)
-    assert len(json.dumps(lean)) < len(json.dumps(pod)) / 3
+    # The kept probe plan is no JSON but a frozen dataclass of a few slots (for most pods the one shared
+    # NO_PROBE), in place of the containers: the rest is measured as JSON.
+    spec = {key: value for key, value in lean["spec"].items() if key != podprobes.PLAN_KEPT}
+    assert len(json.dumps(lean | {"spec": spec})) < len(json.dumps(pod)) / 3

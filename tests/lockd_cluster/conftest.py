@@ -57,9 +57,10 @@ async def make_pod(
     owner: tuple[str, str] | None = None,
     labels: dict[str, str] | None = None,
     token_volume: bool = False,
+    containers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A pod bound to `node`; with `token_volume`, the projected token volume admission injects (lockd then
-    wants the pod's token with every ask and release in its name)."""
+    wants the pod's token with every ask and release in its name); `containers` instead of one plain one."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
     if stagger:
         metadata["labels"][NAMES.enable_label] = "1"
@@ -78,7 +79,7 @@ async def make_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example/app:1"}]},
+        "spec": {"nodeName": node, "containers": containers or [{"name": "app", "image": "example/app:1"}]},
     }
     if token_volume:
         source = {"audience": "stagger", "expirationSeconds": 600, "path": "token"}

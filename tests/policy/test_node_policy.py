@@ -139,6 +139,8 @@ def test_describe_node_policy() -> None:
         "countAllStarting": True,
         "waitForDaemonSets": True,
         "excludeNamespaces": ["kube-system"],
+        "probeReadiness": True,
+        "probePeriodSeconds": 0.5,
         "dependencies": [
             {"kind": "http", "target": "http://registry.local:5000/v2/", "timeoutSeconds": 2.0},
             {"kind": "tcp", "target": "[fd00::1]:5432", "timeoutSeconds": 0.5},

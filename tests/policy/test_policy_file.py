@@ -263,7 +263,7 @@ T = "nodePolicies[0].throttleConfig"
         pytest.param(
             {"nodePolicies": ["n"]},
             "nodePolicies[0]: must be a mapping with keys name, nodeSelector, priority, throttleConfig, "
-            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue, dependencies (got 'n')",
+            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue, dependencies, probeReadiness, probePeriod (got 'n')",
             id="mapping-expected",
         ),
         pytest.param(
