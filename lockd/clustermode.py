@@ -192,6 +192,7 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             metrics=app[METRICS],
             max_in_flight=settings.cluster.probe_max_in_flight,
             max_timeout=settings.cluster.probe_max_timeout,
+            record=clusterwatch.probed_ready_recorder(client=client, view=view, names=names),
         )
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
         _follow_daemonsets(app, view)

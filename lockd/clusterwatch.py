@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -528,6 +528,28 @@ class EventAnnouncer:
                 wall=self._wall(),
             )
         )
+
+
+def probed_ready_recorder(
+    *, client: RestClient, view: NodeView, names: Names
+) -> Callable[[ledger.PodKey, float], Coroutine[Any, Any, None]]:
+    """For lockd/prober.py: writes `<prefix>/probed-ready-at` on a pod whose probe lockd saw pass, which also
+    makes the kubelet run the pod's readiness probe at once (`Names.probed_ready_annotation`). A failure
+    is logged and changes nothing else: the slot has ended, and the Ready condition comes at the kubelet's
+    next period."""
+
+    async def record(key: ledger.PodKey, wall: float) -> None:
+        patch = {"metadata": {"annotations": {names.probed_ready_annotation: format_rfc3339(wall)}}}
+        try:
+            updated = await client.patch(PODS, name=key[1], namespace=key[0], patch=patch)
+        except (ApiError, aiohttp.ClientError, TimeoutError) as err:
+            logger.info(
+                "could not record on %s/%s that its probe passed: %s", *key, err or type(err).__name__
+            )
+            return
+        view.pods.record(updated)
+
+    return record
 
 
 def follow_pods(view: NodeView, service: LockService) -> None:

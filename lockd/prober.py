@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +62,16 @@ class ReadinessProber:
         metrics: Metrics,
         max_in_flight: int,
         max_timeout: float,
+        record: Callable[[ledger.PodKey, float], Coroutine[Any, Any, None]] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`record(key, wall)` writes on the pod that its probe passed (`clusterwatch.record_probed_ready`)."""
         self._service, self._pod_of, self._session, self._metrics = service, pod_of, session, metrics
+        self._record = record
         self._max_in_flight, self._max_timeout, self._wall = max_in_flight, max_timeout, wall
         self._slots: dict[ledger.PodKey, _Attempt] = {}
         self._in_flight = 0
+        self._writes: set[asyncio.Task[None]] = set()
 
     def describe(self, key: ledger.PodKey) -> str:
         """For /status: the last results of lockd's probes of this held pod, or why it probes none."""
@@ -89,6 +93,8 @@ class ReadinessProber:
                 await asyncio.sleep(policy.probe_period if policy.probe_readiness else OFF_RECHECK_SECONDS)
         finally:
             self._forget(set(self._slots))
+            for write in self._writes:
+                write.cancel()
 
     def round(self, service: LockService) -> None:
         """One period: an attempt for each held slot without one running, its due checks in flight."""
@@ -146,6 +152,11 @@ class ReadinessProber:
         if pod is not None and podprobes.passed(plan, attempt.tally) and podprobes.all_running(pod):
             logger.info("%s/%s is ready by lockd's probe (%s): its slot ends", *key, attempt.last)
             self._service().probed_ready(key, granted_at=attempt.granted_at)
+            if self._record is not None:
+                # A task of its own: the slot's end (now) forgets this attempt, and must not cancel the write.
+                write = asyncio.create_task(self._record(key, self._wall()), name=f"probed {key[0]}/{key[1]}")
+                self._writes.add(write)
+                write.add_done_callback(self._writes.discard)
 
     async def _check(self, target: podprobes.Target, ip: str) -> str:
         """One check: "" when it passed, else why not."""

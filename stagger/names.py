@@ -66,6 +66,15 @@ class Names:
         return self._name("node-slot")
 
     @property
+    def probed_ready_annotation(self) -> str:
+        """When lockd's own run of the pod's readiness probe passed and ended its node slot (lockd/prober.py).
+        Besides telling people when the slot ended, the write is what makes the kubelet look again at once:
+        a pod's annotations changing makes the kubelet sync the pod, and its sync runs the readiness probe
+        of a running container not yet ready right away (kubelet prober manager, UpdatePodStatus), so the
+        Ready condition follows within about a second instead of at the next periodSeconds."""
+        return self._name("probed-ready-at")
+
+    @property
     def node_slot_unready_since_annotation(self) -> str:
         """The `lastTransitionTime` of the pod's Ready condition (not Ready) as lockd saw it when it granted
         the node slot, written in the same patch as `node-slot`. A restarted lockd compares it with the

@@ -1,8 +1,9 @@
 """A slot ends when lockd's own run of the pod's readiness probe passes (issue 38), against the API emulator
 and a cluster-mode lockd, with each pod's "app" a real server on 127.0.0.1 (the pod's IP in its status):
 
-- an httpGet probe that fails, then passes: the slot ends (`probedReady`) while the pod is not Ready, and
-  the next pod is granted; the probe's path and headers reach the app, and /status shows the last result;
+- an httpGet probe that fails, then passes: the slot ends (`probedReady`) while the pod is not Ready, the
+  next pod is granted, and `probed-ready-at` is written on the pod; the probe's path and headers reach the
+  app, and /status shows the last result;
 - a tcpSocket probe; an HTTPS probe to a certificate no one trusts (the kubelet checks none either);
 - a redirect never passes (nor is followed); `initialDelaySeconds` is waited out; `minHold` still holds;
 - pods lockd does not probe keep their slots until Ready: an exec probe, no probe, `probeReadiness: false`;
@@ -22,9 +23,10 @@ import pytest
 import trustme
 from aiohttp import web
 
-from stagger.kube import RestClient
+from stagger.kube import PODS, RestClient
 from stagger.timestamps import format_rfc3339
 from tests.lockd_cluster.conftest import (
+    NAMES,
     ClusterLockd,
     StartLockd,
     make_node,
@@ -138,6 +140,13 @@ async def test_an_http_probe_that_passes_ends_the_slot_before_ready(start_lockd:
         app.status = 200
         await ended_by_probe(lockd, "first")
         assert (await lockd.lock(second)).status == 200
+
+        # Recorded on the pod: the write that also makes the kubelet probe again at once.
+        async def recorded() -> bool:
+            pod = await kube.get(PODS, name="first", namespace="default")
+            return NAMES.probed_ready_annotation in (pod["metadata"].get("annotations") or {})
+
+        await eventually(recorded, what="probed-ready-at on the pod")
     path, headers = app.requests[0]
     assert path == "/readyz?full=1"
     assert headers["X-Probe"] == "yes" and headers["User-Agent"].startswith("kube-probe/")
