@@ -14,8 +14,14 @@ upgrade` between them):
   (lockd's `minHold` and `holdTimeout`), whatever the pod does; FIXED_SECONDS is the start-up time at one
   core, what a pod-startup-lock user would set for identical pods;
 - `node`: the chart's default node policy (0.5 slot per core: 1 per node here; no start while the node's
-  CPUs are more than 90 % busy; a slot ends at Ready);
+  CPUs are more than 90 % busy; a slot ends when the pod is ready: lockd runs its readiness probe itself);
+- `kubelet-ready`: that node policy with `probeReadiness: false`: a slot ends at the pod's Ready condition,
+  which the kubelet sets at its next readiness probe, up to one `periodSeconds` after the app is ready
+  (what stagger did before issue 38);
 - `group`: that node policy and a staggering group for the Deployment (lock mode, exponential 2/2/8).
+
+The pods' readiness probe keeps Kubernetes' default period (10 s), as most users' do; `--readiness-period 1`
+sets it (the real herd of before issue 38 ran with 1 s, which hid the period's cost).
 
 Per run: wall seconds from the Deployment's creation to every pod Ready (or DEADLINE), container restarts,
 the most pods starting at once on a node, API requests per pod (kube-apiserver's `apiserver_request_total`
@@ -49,7 +55,7 @@ LIVENESS_SECONDS = LIVENESS_DELAY + 6
 FIXED_SECONDS = CPU_SECONDS
 PODS = 40
 DEADLINE = 300.0
-CONFIGS = ("none", "fixed", "node", "group")
+CONFIGS = ("none", "fixed", "node", "kubelet-ready", "group")
 IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
 
 DEFAULT_NODE_POLICY = {
@@ -79,7 +85,10 @@ def policies(config: str) -> dict[str, Any]:
             "pacer": {"exponential": {"minInitial": 2, "multiplier": 2, "maxStagger": 8}},
         }
     ]
-    return {"nodePolicies": [DEFAULT_NODE_POLICY], "staggeringPolicies": group if config == "group" else []}
+    node: dict[str, Any] = dict(DEFAULT_NODE_POLICY)
+    if config == "kubelet-ready":
+        node["probeReadiness"] = False
+    return {"nodePolicies": [node], "staggeringPolicies": group if config == "group" else []}
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ def api_requests(kube: Kube) -> float:
     )
 
 
-def run_config(config: str, pods: int, *, kube: Kube, release: Release) -> Row:
+def run_config(config: str, pods: int, *, kube: Kube, release: Release, readiness_period: int | None) -> Row:
     print(f"realherd: {config} with {pods} pods ...", file=sys.stderr, flush=True)
     release.upgrade({"policies": policies(config)})
     release.wait_ready(nodes=2)
@@ -114,6 +123,11 @@ def run_config(config: str, pods: int, *, kube: Kube, release: Release) -> Row:
     app = workload("herd", namespace, replicas=pods, cpu_seconds=CPU_SECONDS, liveness_delay=LIVENESS_DELAY)
     if config == "none":
         app["spec"]["template"]["metadata"]["labels"] = {"app": "herd"}
+    probe = app["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    if readiness_period is None:
+        del probe["periodSeconds"]
+    else:
+        probe["periodSeconds"] = readiness_period
     before = api_requests(kube)
     began = time.monotonic()
     with Herd(kube, namespace, "app=herd") as herd:
@@ -144,12 +158,14 @@ def run_config(config: str, pods: int, *, kube: Kube, release: Release) -> Row:
     return row
 
 
-def markdown(rows: list[Row], command: str) -> str:
+def markdown(rows: list[Row], command: str, *, readiness_period: int | None) -> str:
     lines = [
         "# The real herd: 2 real nodes sharing 2 cores",
         "",
         f"`{command}`: {rows[0].pods if rows else PODS} pods of {CPU_SECONDS:g} CPU-seconds each, liveness "
-        f"deadline {LIVENESS_SECONDS} s after start; ideal = pods x CPU-seconds / {CORES} cores.",
+        f"deadline {LIVENESS_SECONDS} s after start, readiness probe every "
+        f"{'10 s (the default)' if readiness_period is None else f'{readiness_period} s'}; "
+        f"ideal = pods x CPU-seconds / {CORES} cores.",
         "",
         "| configuration | all Ready (s) | ideal (s) | ratio | restarts | most starting on a node | API requests per pod |",
         "|---|---|---|---|---|---|---|",
@@ -199,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=PODS)
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated: {', '.join(CONFIGS)}")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent)
+    parser.add_argument(
+        "--readiness-period",
+        type=int,
+        default=None,
+        help="the pods' readiness probe periodSeconds (default: unset, Kubernetes' 10 s)",
+    )
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
@@ -211,12 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         release = Release(kube, name="stagger", namespace="stagger-system", image=IMAGE)
         release.install({"policies": policies("node")})
         for config in configs:
-            rows.append(run_config(config, args.pods, kube=kube, release=release))
+            rows.append(
+                run_config(
+                    config, args.pods, kube=kube, release=release, readiness_period=args.readiness_period
+                )
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "realherd.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    (args.out / "realherd.md").write_text(markdown(rows, command.strip()))
+    text = markdown(rows, command.strip(), readiness_period=args.readiness_period)
+    (args.out / "realherd.md").write_text(text)
     plot(rows, args.out / "realherd.png")
-    print(markdown(rows, command.strip()))
+    print(text)
     return 0
 
 

@@ -39,6 +39,7 @@ ORDER = (
     "test_install",
     "test_deployment",
     "test_modes",
+    "test_readiness",
     "test_lifecycle",
     "test_hostile",
     "test_failures",

@@ -168,6 +168,17 @@ def workload(
     }
 
 
+def probed_ready(pod: dict[str, Any]) -> bool:
+    """lockd's own run of the pod's readiness probe passed for its app container's current run (the
+    `probed-ready-at` it wrote is not older than the container's start): its start-up is over, though the
+    kubelet's Ready condition may lag by a moment."""
+    stamp = (pod["metadata"].get("annotations") or {}).get(f"{PREFIX}/probed-ready-at")
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    started = ((statuses[0].get("state") or {}).get("running") or {}).get("startedAt")
+    # Both RFC 3339 in UTC with whole seconds: they compare as text.
+    return bool(stamp and started and str(stamp) >= str(started))
+
+
 def _instance(pod: dict[str, Any]) -> tuple[str, str]:
     statuses = pod.get("status", {}).get("containerStatuses") or [{}]
     return pod["metadata"]["name"], str(statuses[0].get("containerID", ""))
@@ -249,7 +260,8 @@ class Herd:
             if any(g.get("name") == f"{PREFIX}/pacing" for g in pod["spec"].get("schedulingGates", [])):
                 self.gated.add(name)
         live = [p for p in current.values() if not p["metadata"].get("deletionTimestamp")]
-        self.ever_ready.update(_instance(p) for p in live if is_ready(p))
+        # A pod whose probe lockd saw pass has started (its slot ended then; Ready follows within a second).
+        self.ever_ready.update(_instance(p) for p in live if is_ready(p) or probed_ready(p))
         started = [p for p in live if has_started(p)]
         per_node: dict[str, int] = {}
         names = []

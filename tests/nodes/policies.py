@@ -6,6 +6,8 @@ import os
 
 STAGGER_IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
 NODE_LIMIT = 2
+ONE_SLOT_LABEL = "stagger-test/one-slot"
+"""A node labelled with it (=1) starts one pod at a time (node policy `one-slot`): tests/nodes/test_readiness.py."""
 MODE_LABEL = "stagger-test/mode"
 MODES = {
     "lock": {"mode": "lock"},
@@ -26,7 +28,15 @@ POLICIES = {
             "holdTimeout": "2m",
             "maxWait": "45s",
             "unreachableWait": "30s",
-        }
+        },
+        {
+            "name": "one-slot",
+            "nodeSelector": {"matchLabels": {ONE_SLOT_LABEL: "1"}},
+            "priority": 10,
+            "throttleConfig": {"maxConcurrent": {"value": 1}},
+            "holdTimeout": "2m",
+            "maxWait": "2m",
+        },
     ],
     # 1 starts, then 3 x the Ready ones (3 with 1 Ready, 6 with 2), then all once 3 are.
     "staggeringPolicies": [

@@ -6,10 +6,14 @@
 // storm on a starved node, for real, not modelled.
 //
 //	workload [--cpu-seconds 2] [--listen :8080] [--threads 1] [--exit-after S]
+//	workload --check http://127.0.0.1:8080/readyz
 //
 // Environment WORKLOAD_CPU_SECONDS, WORKLOAD_LISTEN and WORKLOAD_THREADS set the same. --exit-after makes a
 // batch job of it: once ready it serves S seconds more, then exits 0. It logs one line
 // when it starts, one when it is ready (with the wall and CPU seconds it took) and exits 0 on SIGTERM.
+//
+// --check URL is an exec probe's command (the image has nothing else to run): it GETs URL and exits 0 on a
+// 2xx answer within a second, 1 otherwise, as a readiness probe of kind exec would run it.
 package main
 
 import (
@@ -63,6 +67,20 @@ func burn(ctx context.Context, total float64, threads int) {
 	group.Wait()
 }
 
+// checkURL is --check: 0 when a GET of url answers 2xx within a second, else 1.
+func checkURL(url string) int {
+	client := http.Client{Timeout: time.Second}
+	response, err := client.Get(url)
+	if err != nil {
+		return 1
+	}
+	_ = response.Body.Close()
+	if response.StatusCode < 200 || response.StatusCode > 299 {
+		return 1
+	}
+	return 0
+}
+
 func main() {
 	defaultCPU, err := strconv.ParseFloat(envOr("WORKLOAD_CPU_SECONDS", "2"), 64)
 	if err != nil {
@@ -76,7 +94,11 @@ func main() {
 	listen := flag.String("listen", envOr("WORKLOAD_LISTEN", ":8080"), "address of /healthz and /readyz")
 	threads := flag.Int("threads", defaultThreads, "goroutines doing the start-up work")
 	exitAfter := flag.Float64("exit-after", -1, "once ready, exit 0 after this many seconds (a Job's pod); <0: never")
+	check := flag.String("check", "", "an exec probe: GET this URL, exit 0 on 2xx, else 1")
 	flag.Parse()
+	if *check != "" {
+		os.Exit(checkURL(*check))
+	}
 	if *cpu < 0 || *threads < 1 {
 		log.Fatalf("--cpu-seconds must be >= 0 and --threads >= 1")
 	}
