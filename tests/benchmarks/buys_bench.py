@@ -83,6 +83,11 @@ class Knobs:
     their defaults (20 and 50), at which the ReplicaSet controller creates 20 pods per wall second."""
     kubelet_processes: int = 0
     """Processes the simulated kubelets run in (ClusterSettings.kubelet_processes); 0: the simulator's."""
+    readiness_period: int | None = None
+    """The pods' readiness probe period (simulated seconds; the simulated kubelet sets Ready at the first
+    probe after the work); None: no probe, Ready when the work is done. The probe is an exec one: lockd
+    cannot run it (simulated pods have no address it can reach), so its slots end at the Ready condition,
+    as those of real pods with an exec or gRPC probe do."""
 
 
 def node_policy(*, fixed_seconds: float | None = None) -> str:
@@ -127,6 +132,7 @@ def scenario(config: str, pods: int, knobs: Knobs) -> Scenario:
                 requests={"cpu": "100m", "memory": "256Mi"},
                 image="registry.example/spring-petclinic:3.2",
                 labels={"staggerimages": "1"},
+                readiness_period=knobs.readiness_period,
             ),
         ),
         stagger=StaggerConfig(
@@ -621,6 +627,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Knobs.kubelet_processes,
         help="processes the simulated kubelets run in (default 0: the simulator's own)",
     )
+    parser.add_argument(
+        "--readiness-period",
+        type=int,
+        default=None,
+        help="the pods' (exec) readiness probe period in simulated seconds, 10 being Kubernetes' default "
+        "(default: no probe)",
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs of each cell (medians reported)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent)
 
@@ -640,6 +653,7 @@ def run_args(args: argparse.Namespace, *, command: str) -> dict[str, object]:
         launch=cast(Literal["exec", "fork"], args.launch),
         client_qps=args.client_qps,
         kubelet_processes=args.kubelet_processes,
+        readiness_period=args.readiness_period,
     )
     return running.run(
         run(
