@@ -34,8 +34,10 @@ POLICIES = {
             "nodeSelector": {"matchLabels": {ONE_SLOT_LABEL: "1"}},
             "priority": 10,
             "throttleConfig": {"maxConcurrent": {"value": 1}},
+            # As the default one's: admission injects the largest of the node policies' (test_failures).
             "holdTimeout": "2m",
-            "maxWait": "2m",
+            "maxWait": "45s",
+            "unreachableWait": "30s",
         },
     ],
     # 1 starts, then 3 x the Ready ones (3 with 1 Ready, 6 with 2), then all once 3 are.
