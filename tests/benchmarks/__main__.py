@@ -1,4 +1,4 @@
-"""`python -m tests.benchmarks [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.benchmarks.buys_bench --help`). `python -m tests.benchmarks realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.benchmarks scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options. `python -m tests.benchmarks morning [--deployments 40 --replicas 25 --nodes 20 ...]`: a morning scale-up of many Deployments from 0 at once, without stagger, with a fixed-time lock and with stagger's node policy, on the simulated cluster (not in the default set: minutes a configuration), bench/morning.{json,md}; `morning --help` for its options."""
+"""`python -m tests.benchmarks [lockd] [lockd-cluster] [lockd-queue] [lockd-waiters] [admission] [groups] [buys] [--json]`: stagger's benchmarks. Each prints a table of measured numbers; `buys` (what stagger buys, on the simulated cluster) also writes bench/buys.json, buys.md and buys.png (its options: `python -m tests.benchmarks.buys_bench --help`). `python -m tests.benchmarks realherd [...]`: the real herd on 2 real nodes (root, `make control-plane node-tools image`; not in the default set), bench/realherd.{json,md,png}; `realherd --help` for its options. `python -m tests.benchmarks lockd-idle [--minutes 10]`: lockd's idle CPU and RSS on 2 real nodes (root; not in the default set), bench/lockd_idle.{json,md}. `python -m tests.benchmarks scale [--pods 150000 --nodes 5000 ...] [--json]`: the controller at Kubernetes' published limits, on the emulator (not in the default set: minutes at full size); `scale --help` for its options. `python -m tests.benchmarks morning [--deployments 40 --replicas 25 --nodes 20 ...]`: a morning scale-up of many Deployments from 0 at once, without stagger, with a fixed-time lock and with stagger's node policy, on the simulated cluster (not in the default set: minutes a configuration), bench/morning.{json,md}; `morning --help` for its options."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.benchmarks import (
     buys_bench,
     groups_bench,
     lockd_bench,
+    lockd_idle_bench,
     lockd_node_bench,
     morning_bench,
     realherd_bench,
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["realherd"]:
         return realherd_bench.main(given[1:])
+    if given[:1] == ["lockd-idle"]:
+        return lockd_idle_bench.main(given[1:])
     if given[:1] == ["scale"]:
         return scale_bench.main(given[1:])
     if given[:1] == ["morning"]:
