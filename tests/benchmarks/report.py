@@ -191,6 +191,11 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "",
         *(_table(results["lockd-waiters"]) if "lockd-waiters" in results else ["(not run)"]),
         "",
+        "### lockd idle on real nodes",
+        "",
+        # Its file's own heading left out: a subsection here.
+        *_included(out, "lockd_idle.md")[2:],
+        "",
         "## 2. The controller",
         "",
         "Commands: `python -m tests.benchmarks admission` and `python -m tests.benchmarks groups`.",
