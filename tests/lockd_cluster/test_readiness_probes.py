@@ -7,7 +7,8 @@ and a cluster-mode lockd, with each pod's "app" a real server on 127.0.0.1 (the 
 - a tcpSocket probe; an HTTPS probe to a certificate no one trusts (the kubelet checks none either);
 - a redirect never passes (nor is followed); `initialDelaySeconds` is waited out; `minHold` still holds;
 - pods lockd does not probe keep their slots until Ready: an exec probe, no probe, `probeReadiness: false`;
-- an app that never answers holds its check only for the probe's timeout, one attempt at a time.
+- an app that never answers holds its check only for the probe's timeout, one attempt at a time; past
+  `--probe-max-in-flight` checks wait for the next period (`skipped`).
 """
 
 from __future__ import annotations
@@ -260,3 +261,24 @@ async def test_an_app_that_never_answers_holds_one_check_for_its_timeout(
         slot = next(s for s in (await lockd.status())["slots"] if s["name"] == "hung")
         assert "timed out after 1s" in slot["readinessProbe"]
         assert await holds(lockd, "hung")
+
+
+async def test_checks_past_the_node_bound_wait_for_the_next_period(start_lockd: StartLockd, kube) -> None:
+    await make_node(kube)
+    app = App()
+    app.hang = True
+    async with serving(app) as port:
+        probe = {"httpGet": {"path": "/", "port": port}, "timeoutSeconds": 5}
+        first = await probed_pod(kube, "first", probe)
+        second = await probed_pod(kube, "second", probe)
+        lockd = await start_lockd(limit_policy(2, extra=PERIOD), probe_max_in_flight=1)
+        assert (await lockd.lock(first)).status == 200
+        assert (await lockd.lock(second)).status == 200
+
+        async def skipped() -> bool:
+            text = await (await lockd.client.get("/metrics")).text()
+            return by_label(text, "stagger_lockd_probes_total", "result").get("skipped", 0) >= 2
+
+        await eventually(skipped, what="checks skipped at --probe-max-in-flight 1")
+        # One check in flight on the node: the hanging app was asked once, not once a slot.
+        assert len(app.requests) == 1, app.requests
