@@ -6,6 +6,7 @@ Only SIGTERM/SIGINT (the pod is going away) ends it with another code, 128 + the
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -157,4 +158,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
+    # What is imported by now lives until the exit: frozen, the collector does not walk it again, neither in
+    # the collections of the wait nor in the one at exit, which took 10 ms of the 55 ms of CPU of a granted run.
+    gc.freeze()
     sys.exit(main())

@@ -1,5 +1,6 @@
 """Settings of the init client: flags, each also from an environment variable; flags win. The options are
-rows of `stagger.options`, the table lockd and the controller describe theirs with.
+rows of the table lockd and the controller describe theirs with, taken from `stagger.optiontable` (which
+`stagger.options` re-exports) so that the init client does not import the rest of `stagger.options`.
 
 Parsing never exits the process: every problem becomes a `ConfigError` naming every bad or missing value
 at once, because the caller must turn it into one line and a zero exit code (an init container must not
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from stagger.durations import DurationError, format_duration, parse_duration
-from stagger.options import Command, Option, Parse, SettingsError
+from stagger.optiontable import Command, Option, Parse, SettingsError
 
 __all__ = [
     "DEFAULT_TERMINATION_LOG",

@@ -384,7 +384,7 @@ def initclient_container(*, host_port: int, max_wait: str) -> Obj:
             field_env("POD_UID", "metadata.uid"),
             {"name": "STAGGER_MAX_WAIT", "value": max_wait},
         ],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "resources": {"requests": {"cpu": "10m", "memory": "24Mi"}},
     }
 
 

@@ -280,8 +280,8 @@ def test_init_container_in_detail() -> None:
     assert by_name["STAGGER_LOCKD_URL"]["value"] == "http://$(HOST_IP):9400"
     assert by_name["STAGGER_MAX_WAIT"]["value"] == "10m"
     assert container["resources"] == {
-        "requests": {"cpu": "10m", "memory": "32Mi"},
-        "limits": {"memory": "64Mi"},
+        "requests": {"cpu": "10m", "memory": "24Mi"},
+        "limits": {"memory": "48Mi"},
     }
     assert container["securityContext"] == {
         "runAsNonRoot": True,

@@ -1,7 +1,14 @@
 """What the init client costs a pod (issue 39): its memory while it waits in a long poll, and its CPU and
 wall time from exec to exit when lockd grants at once.
 
-`python -m tests.benchmarks.initclient_cost [--grants 5] [--python-arg=-I ...] [--json]`
+`python -m tests.benchmarks.initclient_cost [--grants 5] [--python PATH] [--python-arg=-I ...]
+[--pod-startup-lock-src DIR] [--json]`
+
+With `--pod-startup-lock-src` (a checkout or a bare clone of github.com/serhii-samoilenko/pod-startup-lock), its
+Go init client is built from that source as its Makefile builds it (`CGO_ENABLED=0 go build`, its one file
+`init/main.go`; the repository predates Go modules, so a throwaway go.mod is written beside it) and measured in
+the same run against the same lockd, which serves pod-startup-lock's anonymous `GET /`: its grant is a 200 to
+its first `GET /`, and it waits by asking again every second (its `--pause` default), not in a long poll.
 
 Both against a real standalone `python -m lockd` on 127.0.0.1 (node policy: maxConcurrent `slots`,
 holdTimeout 1h), with the child started as admission injects it (`python -m initclient`, the injected
@@ -15,8 +22,10 @@ plus a termination log that exists, as the kubelet's does:
   poll, the one it would sit in for most of its life; VmRSS and VmHWM are read from /proc/PID/status once
   lockd counts it in its queue again. Then it is stopped with SIGTERM (exit 143).
 
-The figures are of this checkout's venv python, whose site imports setuptools' editable finder (pathlib,
-re, ...) before anything of stagger; the image's python does not, so it does a little better there.
+The figures are of this checkout's venv python by default, whose site imports setuptools' editable finder
+(pathlib, re, ...: 2 MiB and 15 ms) before anything of stagger. The image's python has no such thing in its
+site: `--python` with the python of a bare venv (`python3 -m venv --without-pip DIR`; this checkout is put on
+PYTHONPATH) is closer to it.
 """
 
 from __future__ import annotations
@@ -24,12 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import selectors
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -42,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "cost"
 # Bounds on things that take a fraction of a second; only a broken setup comes near them.
 STEP_LIMIT = 20.0
+# What a child wrote after the line `_read_line` returned, by pid, for its next call.
+_PENDING: dict[int, bytes] = {}
 
 
 @dataclass(frozen=True)
@@ -77,9 +90,9 @@ class Cost:
         return ordered[len(ordered) // 2]
 
 
-def command(*, python_args: Sequence[str] = ()) -> tuple[str, ...]:
-    """The init client's command as admission injects it, run with this venv's python."""
-    return (sys.executable, *python_args, "-m", "initclient")
+def command(*, python: str = sys.executable, python_args: Sequence[str] = ()) -> tuple[str, ...]:
+    """The init client's command as admission injects it, run with `python` (this venv's by default)."""
+    return (python, *python_args, "-m", "initclient")
 
 
 def injected_env(*, lockd_port: int, name: str, termination_log: Path, **extra: str) -> dict[str, str]:
@@ -87,7 +100,7 @@ def injected_env(*, lockd_port: int, name: str, termination_log: Path, **extra: 
     env = clean_env(
         POD_NAME=name,
         POD_NAMESPACE=NAMESPACE,
-        POD_UID=f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}",
+        POD_UID=str(uuid.uuid5(uuid.NAMESPACE_URL, f"stagger-cost/{name}")),
         HOST_IP="127.0.0.1",
         STAGGER_LOCKD_URL=f"http://127.0.0.1:{lockd_port}",
         STAGGER_MAX_WAIT="10m",
@@ -107,19 +120,21 @@ def _spawn(argv: Sequence[str], *, env: dict[str, str]) -> subprocess.Popen[byte
     )
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, os.struct_rusage]:
+def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, resource.struct_rusage]:
     """Wait for the child with its rusage; Popen is told, so it does not wait again."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, usage
 
 
-def measure_grant(*, lockd_port: int, name: str, python_args: Sequence[str] = ()) -> GrantCost:
+def measure_grant(
+    *, lockd_port: int, name: str, python: str = sys.executable, python_args: Sequence[str] = ()
+) -> GrantCost:
     """One run of the init client that lockd grants at once (a slot must be free)."""
     with tempfile.NamedTemporaryFile(prefix="termination-log-") as log:
         env = injected_env(lockd_port=lockd_port, name=name, termination_log=Path(log.name))
         started = time.perf_counter()
-        proc = _spawn(command(python_args=python_args), env=env)
+        proc = _spawn(command(python=python, python_args=python_args), env=env)
         code, usage = _reap(proc)
         wall = time.perf_counter() - started
         assert proc.stderr is not None
@@ -156,18 +171,21 @@ def _waiting_names(lockd_port: int) -> list[str]:
     return [f"{entry.get('namespace')}/{entry.get('name')}" for entry in json.loads(body).get("queue", [])]
 
 
-def _read_line(proc: subprocess.Popen[bytes], *, starting: str, within: float) -> str:
-    """The child's first stderr line that starts with `starting` (an event: its pipe is awaited)."""
+def _read_line(proc: subprocess.Popen[bytes], *, starting: str, within: float, containing: str = "") -> str:
+    """The child's next stderr line that starts with `starting` and has `containing` in it (an event: its
+    pipe is awaited). Lines after it stay unread in the pipe."""
     assert proc.stderr is not None
     deadline = time.monotonic() + within
-    buffered = b""
+    buffered = _PENDING.pop(proc.pid, b"")
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stderr, selectors.EVENT_READ)
         while True:
             *complete, buffered = buffered.split(b"\n")
-            for raw in complete:
+            for index, raw in enumerate(complete):
                 line = raw.decode(errors="replace")
-                if line.startswith(starting):
+                if line.startswith(starting) and containing in line:
+                    # What followed it in the chunk is put back for the next call.
+                    _PENDING[proc.pid] = b"\n".join([*complete[index + 1 :], buffered])
                     return line
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
@@ -196,13 +214,15 @@ def _status_kib(pid: int) -> dict[str, int]:
     return fields
 
 
-def measure_waiting(*, lockd_port: int, name: str = "waiter", python_args: Sequence[str] = ()) -> WaitingCost:
+def measure_waiting(
+    *, lockd_port: int, name: str = "waiter", python: str = sys.executable, python_args: Sequence[str] = ()
+) -> WaitingCost:
     """The init client's memory in its second long poll on a node whose slots are all taken."""
     with tempfile.NamedTemporaryFile(prefix="termination-log-") as log:
         env = injected_env(
             lockd_port=lockd_port, name=name, termination_log=Path(log.name), STAGGER_POLL_WAIT="1s"
         )
-        proc = _spawn(command(python_args=python_args), env=env)
+        proc = _spawn(command(python=python, python_args=python_args), env=env)
         try:
             _read_line(proc, starting="stagger: waiting for a start-up slot", within=STEP_LIMIT)
             _until_queued(lockd_port, f"{NAMESPACE}/{name}", within=STEP_LIMIT)
@@ -229,18 +249,75 @@ def lockd_with_slots(*, slots: int) -> Iterator[int]:
             yield port
 
 
-def measure(*, grants: int = 5, python_args: Sequence[str] = ()) -> Cost:
+def measure(*, grants: int = 5, python: str = sys.executable, python_args: Sequence[str] = ()) -> Cost:
     """`grants` granted runs (one warm-up first, not counted: it fills the page cache and pycache), then one
     waiting run, against one lockd."""
     with lockd_with_slots(slots=grants + 1) as port:
-        measure_grant(lockd_port=port, name="warm-up", python_args=python_args)
+        measure_grant(lockd_port=port, name="warm-up", python=python, python_args=python_args)
         runs = tuple(
-            measure_grant(lockd_port=port, name=f"granted-{i}", python_args=python_args)
+            measure_grant(lockd_port=port, name=f"granted-{i}", python=python, python_args=python_args)
             for i in range(grants)
         )
         fill_slots(lockd_port=port)
-        waiting = measure_waiting(lockd_port=port, python_args=python_args)
-    return Cost(command=command(python_args=python_args), grants=runs, waiting=waiting)
+        waiting = measure_waiting(lockd_port=port, python=python, python_args=python_args)
+    return Cost(command=command(python=python, python_args=python_args), grants=runs, waiting=waiting)
+
+
+def build_pod_startup_lock(*, source: Path, out: Path) -> Path:
+    """pod-startup-lock's init client built from `source` into `out` (its Makefile's flags); the binary."""
+    if (source / "init" / "main.go").is_file():
+        main_go = (source / "init" / "main.go").read_text()
+    else:  # a bare clone (what `git clone --mirror` or a fetched snapshot gives)
+        main_go = subprocess.run(
+            ["git", "--git-dir", str(source), "show", "HEAD:init/main.go"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    work = out / "pod-startup-lock-init"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "main.go").write_text(main_go)
+    (work / "go.mod").write_text("module pod-startup-lock/init\n\ngo 1.21\n")
+    env = {**os.environ, "CGO_ENABLED": "0", "GOOS": "linux", "GOFLAGS": "-mod=mod"}
+    subprocess.run(["go", "build", "-a", "-o", "init", "."], cwd=work, env=env, check=True)
+    return work / "init"
+
+
+def _peer_grant(binary: Path, *, lockd_port: int) -> GrantCost:
+    started = time.perf_counter()
+    proc = _spawn([str(binary), "--host", "127.0.0.1", "--port", str(lockd_port)], env=clean_env())
+    code, usage = _reap(proc)
+    wall = time.perf_counter() - started
+    assert proc.stderr is not None
+    lines = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if code != 0 or "Lock acquired" not in lines:
+        raise RuntimeError(f"pod-startup-lock's init client was not granted (exit {code}): {lines}")
+    return GrantCost(user_seconds=usage.ru_utime, sys_seconds=usage.ru_stime, wall_seconds=wall)
+
+
+def _peer_waiting(binary: Path, *, lockd_port: int) -> WaitingCost:
+    """Its memory once lockd has said 423 twice: in its second pause, where it spends its wait."""
+    proc = _spawn([str(binary), "--host", "127.0.0.1", "--port", str(lockd_port)], env=clean_env())
+    try:
+        for _ in range(2):
+            _read_line(proc, starting="", containing="Lock not acquired", within=STEP_LIMIT)
+        fields = _status_kib(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=STEP_LIMIT)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    return WaitingCost(rss_kib=fields["VmRSS"], hwm_kib=fields["VmHWM"])
+
+
+def measure_pod_startup_lock(*, binary: Path, grants: int = 5) -> Cost:
+    """pod-startup-lock's Go init client: `grants` granted runs after a warm-up, then one waiting."""
+    with lockd_with_slots(slots=grants + 1) as port:
+        # Anonymous slots last their `duration` (lockd's holdTimeout here, 1h): each run keeps one.
+        _peer_grant(binary, lockd_port=port)
+        runs = tuple(_peer_grant(binary, lockd_port=port) for _ in range(grants))
+        fill_slots(lockd_port=port)
+        waiting = _peer_waiting(binary, lockd_port=port)
+    return Cost(command=(str(binary), "--host", "127.0.0.1", "--port", "PORT"), grants=runs, waiting=waiting)
 
 
 def table(costs: Sequence[Cost]) -> str:
@@ -250,7 +327,8 @@ def table(costs: Sequence[Cost]) -> str:
     for cost in costs:
         grant = cost.median_grant
         cpus = sorted(run.cpu_seconds * 1000 for run in cost.grants)
-        shown = " ".join(["python", *cost.command[1:]])
+        python = "python" if cost.command[0] == sys.executable else Path(cost.command[0]).name
+        shown = " ".join([python, *cost.command[1:]])
         rows.append(
             (
                 shown,
@@ -275,12 +353,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         help="an interpreter flag for the measured command (repeat; e.g. --python-arg=-I); "
-        "without any, the plain command and `-I` are both measured",
+        "without any, the plain command and (with this venv's python) `-I` are both measured",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter to run the init client with (default: this venv's); this checkout is on its "
+        "PYTHONPATH, so a bare venv of the same python is the image's case (no editable install in its site)",
+    )
+    parser.add_argument(
+        "--pod-startup-lock-src",
+        type=Path,
+        default=None,
+        help="a checkout (or bare clone) of pod-startup-lock: its Go init client is built and measured too",
     )
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     args = parser.parse_args(argv)
-    variants = [tuple(args.python_arg)] if args.python_arg else [(), ("-I",)]
-    costs = [measure(grants=args.grants, python_args=variant) for variant in variants]
+    # `-I` leaves PYTHONPATH out: only this venv, whose editable install maps to this checkout, finds initclient.
+    isolated = [("-I",)] if args.python == sys.executable else []
+    variants = [tuple(args.python_arg)] if args.python_arg else [(), *isolated]
+    costs = [measure(grants=args.grants, python=args.python, python_args=variant) for variant in variants]
+    if args.pod_startup_lock_src is not None:
+        with tempfile.TemporaryDirectory(prefix="pod-startup-lock-") as tmp:
+            binary = build_pod_startup_lock(source=args.pod_startup_lock_src, out=Path(tmp))
+            costs.append(measure_pod_startup_lock(binary=binary, grants=args.grants))
     if args.json:
         print(json.dumps([{**asdict(cost), "command": list(cost.command)} for cost in costs], indent=2))
     else:
