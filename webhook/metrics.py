@@ -121,6 +121,15 @@ class Metrics:
             ["basis"],
             registry=r,
         )
+        self.grant_latency = Histogram(
+            "stagger_controller_grant_latency_seconds",
+            "From a pod turning Ready in the controller's pod watch to a grant that Ready made room for "
+            "being written into a node's wait answer (POST /v1/groups/wait), in the controller's own "
+            "clock. Grants to pods that had room when they asked (or got it otherwise: startTimeout, a "
+            "deletion, maxBlockedDuration) are not in it: they are counted in stagger_controller_grants.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=r,
+        )
         self.gate_removals = _counter(
             "stagger_controller_gate_removals",
             "Scheduling gates removed (gate mode), by result: ok, error.",

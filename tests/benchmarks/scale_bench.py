@@ -6,7 +6,11 @@ around them, and measures four figures against their goals while a steady stream
 - the controller's RSS, the highest sample (psutil, every 0.5 s from its start: its list included), <= 1 GiB;
 - from a pod patched Ready through the API to the next grant of a pod of its group (a node's wait answered
   with it, or the grant a new pod asked for itself), p99 <= 200 ms; a Ready whose group's next pod was never
-  granted counts with the time it waited until the end (a lower bound);
+  granted counts with the time it waited until the end (a lower bound). This end-to-end figure includes the
+  emulator's write and watch and this process's stand-ins; beside it, the controller's own part (its
+  `stagger_controller_grant_latency_seconds`: from the Ready reaching its pod watch to the grant written into
+  a wait's answer), read from its /metrics at the window's start and after the grace, p50 and p99
+  interpolated in the histogram's buckets as Prometheus' histogram_quantile does (so no finer than them);
 - admission, `POST /mutate/pods` with admission_bench's AdmissionReviews (its 20 policies are in the policy
   file too) at --admission-rate, open loop: p99 of the controller's own time (`X-Stagger-Admission-Ms`, as
   the admission benchmark's goal) <= 3 ms; the client's p99 (TLS, queueing in the controller) is shown too;
@@ -33,7 +37,10 @@ The cluster, all played by this process on one event loop:
 
 `--json` prints one object whose first keys are the four figures; `--profile DIR` records where the
 controller, the emulator and this process spend their time (py-spy, raw stacks: while the controller lists,
-and in the window) and adds the top functions to the results. Measures; asserts nothing.
+and in the window) and adds the top functions to the results. `--pin-controller CPU` runs the controller on
+that CPU alone and the emulator and this process on the other CPUs this process may use (each started
+with its affinity set, so every thread it starts inherits it), so that the controller's figures are not
+those of a CPU shared with the test bed. Measures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ import asyncio
 import collections
 import contextlib
 import json
+import math
+import os
 import random
 import re
 import resource
@@ -50,7 +59,7 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +67,7 @@ from typing import Any
 import aiohttp
 import psutil
 import trustme
+from prometheus_client.parser import text_string_to_metric_families
 
 from sim.kubeclient import client_for_url
 from stagger.contracts.groups import GRANT_PATH, WAIT_PATH
@@ -86,6 +96,7 @@ CONTROLLER_BANNER = re.compile(
     r"admission on https://127\.0\.0\.1:(\d+)/mutate/pods.*probes on (http://\S+:\d+)"
 )
 EMULATOR_BANNER = re.compile(r"apiserver listening on (http://\S+)")
+GRANT_LATENCY = "stagger_controller_grant_latency_seconds"
 REQUESTS = re.compile(r'^stagger_controller_requests_total\{code="\w+",route="([^"]+)"\} (\S+)$', re.M)
 GRANTED = {"exitCode": 0, "reason": "Completed", "message": '{"slot": "granted"}'}
 READY = {"status": {
@@ -146,6 +157,67 @@ def percentile(values: list[float], q: float) -> float:
     """Nearest rank (q in 0..1); 0 for no values."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """The q-quantile (0 < q <= 1) of a histogram given as cumulative counts by upper bound (`inf` for
+    +Inf), as Prometheus' histogram_quantile computes it: linear interpolation inside the bucket the rank
+    falls in, the lowest bucket starting at 0; a rank in the +Inf bucket gives the highest finite bound.
+    None without observations."""
+    bounds = sorted(buckets)
+    total = buckets.get(math.inf, 0.0)
+    if total <= 0 or len(bounds) < 2:
+        return None
+    rank = q * total
+    start, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == math.inf:
+                return start
+            return start + (bound - start) * (rank - below) / (count - below)
+        start, below = bound, count
+    return start
+
+
+def grant_buckets(text: str) -> dict[float, float]:
+    """The controller's grant-latency histogram in a /metrics page: cumulative counts by upper bound."""
+    return {
+        float(sample.labels["le"]): float(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == GRANT_LATENCY
+        for sample in family.samples
+        if sample.name == f"{GRANT_LATENCY}_bucket"
+    }
+
+
+def cpu_plan(pin: int | None) -> tuple[set[int], set[int]] | None:
+    """With `pin`: (the controller's CPU, the others this process may use: the emulator's and its own)."""
+    if pin is None:
+        return None
+    mine = os.sched_getaffinity(0)
+    if pin not in mine or len(mine) < 2:
+        raise ValueError(f"--pin-controller {pin}: needs a CPU of {sorted(mine)} and another one")
+    return {pin}, mine - {pin}
+
+
+def pinned(command: list[str], cpus: set[int] | None) -> list[str]:
+    """`command`, started on `cpus` only (None: anywhere). Set before it runs (a trampoline sets the
+    affinity, then execs it: the same pid), so every thread it ever starts inherits it; set on a running
+    process it would move only the thread it names."""
+    if cpus is None:
+        return command
+    trampoline = (
+        f"import os, sys; os.sched_setaffinity(0, {sorted(cpus)}); os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", trampoline, *command]
+
+
+def _pin_this_process(cpus: set[int]) -> None:
+    """Every thread of this process onto `cpus` (threads started later inherit it from theirs)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
 
 
 class Cluster:
@@ -398,10 +470,14 @@ def _files(folder: Path, nodes: int) -> tuple[ssl.SSLContext, list[str], list[st
     return context, emulator, controller
 
 
-async def _requests(session: aiohttp.ClientSession, probes: str) -> collections.Counter[str]:
-    """`stagger_controller_requests_total` by route (every code)."""
+async def _scrape(session: aiohttp.ClientSession, probes: str) -> str:
+    """The controller's /metrics page."""
     async with session.get(probes + "/metrics") as response:
-        text = await response.text()
+        return await response.text()
+
+
+def _requests(text: str) -> collections.Counter[str]:
+    """`stagger_controller_requests_total` by route (every code)."""
     counts: collections.Counter[str] = collections.Counter()
     for route, value in REQUESTS.findall(text):
         counts[route] += int(float(value))
@@ -429,14 +505,28 @@ async def _sample(probes: list[Probe]) -> None:
 
 
 async def run(
-    size: Size, *, profile: Path | None = None, log: Callable[[str], None] = print
+    size: Size,
+    *,
+    profile: Path | None = None,
+    pin: int | None = None,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Seeds the emulator, starts the controller, runs the window: the results (`results`)."""
+    """Seeds the emulator, starts the controller, runs the window: the results (`results`). With `pin`, the
+    controller runs on that CPU and the emulator and this process on the others (`cpu_plan`)."""
     profiles = Profiles(profile)
     facts: dict[str, Any] = {}
+    plan = cpu_plan(pin)
+    facts["CPUs (the controller / the emulator and this process)"] = (
+        "not pinned" if plan is None else [sorted(plan[0]), sorted(plan[1])]
+    )
     with tempfile.TemporaryDirectory() as folder:
         context, emulator, controller = _files(Path(folder), size.nodes)
+        if plan is not None:
+            emulator, controller = pinned(emulator, plan[1]), pinned(controller, plan[0])
         async with contextlib.AsyncExitStack() as stack:
+            if plan is not None:
+                _pin_this_process(plan[1])
+                stack.callback(_pin_this_process, plan[0] | plan[1])  # as it was, on the way out
             stack.push_async_callback(profiles.stop)
             emu, emu_match, emu_log = await stack.enter_async_context(serving(emulator, EMULATOR_BANNER))
             plain = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
@@ -503,7 +593,8 @@ async def _steady(
         helpers += [kubelets, reviews]
         await asyncio.sleep(WARMUP)
         log(f"streams open, warm-up done; measuring for {size.seconds:g} s")
-        before = await _requests(*metrics)
+        first = await _scrape(*metrics)
+        before = _requests(first)
         for probe in probes:
             probe.mark()
         await profiling[0].start("window", profiling[1])
@@ -512,7 +603,7 @@ async def _steady(
         cluster.measuring, took = False, time.monotonic() - began
         for probe in probes:
             probe.mark()
-        after = await _requests(*metrics)
+        after = _requests(await _scrape(*metrics))
         await profiling[0].stop()
         stop.set()
         await kubelets
@@ -523,20 +614,24 @@ async def _steady(
             await asyncio.sleep(0.1)
         now = time.perf_counter()
         unanswered = [(now - t0) * 1000 for t0, inside in cluster.pending.values() if inside]
+        # The controller's own histogram over the same Readies: from the window's start to after the grace
+        # (no Ready is sent after the window; the grants of its last ones come in the grace).
+        last, start = grant_buckets(await _scrape(*metrics)), grant_buckets(first)
+        timed = {bound: count - start.get(bound, 0.0) for bound, count in last.items()}
     finally:
         stop.set()
         for task in (*streams, *helpers, *cluster.tasks):
             task.cancel()
         await asyncio.gather(*streams, *helpers, *cluster.tasks, return_exceptions=True)
     return {"took": took, "own": own, "client": client, "unanswered": unanswered, "metrics": after - before,
-            "rss open": rss_open}  # fmt: skip
+            "rss open": rss_open, "grant buckets": timed}  # fmt: skip
 
 
 def results(
     cluster: Cluster, size: Size, window: dict[str, Any], facts: dict[str, Any], probes: list[Probe]
 ) -> dict[str, Any]:
     """The four figures first, then their goals and everything else measured."""
-    took, own = window["took"], window["own"]
+    took, own, buckets = window["took"], window["own"], window["grant buckets"]
     latencies = cluster.latencies + window["unanswered"]
     counted = window["metrics"][GRANT_PATH] + window["metrics"][WAIT_PATH]
     figures = {
@@ -560,6 +655,8 @@ def results(
         "Ready -> next grant p50 / p90 / max (ms)": [
             round(percentile(latencies, 0.5), 1), round(percentile(latencies, 0.9), 1), round(max(latencies, default=0), 1)
         ],
+        CONTROLLER_GRANT: [_ms(histogram_quantile(0.5, buckets)), _ms(histogram_quantile(0.99, buckets))],
+        "grants the controller timed from a Ready (its histogram's count)": round(buckets.get(math.inf, 0.0)),
         "admission reviews a second (asked / sent in the window and answered 200)": [size.admission_rate, round(len(own) / took, 1)],
         "admission p50 / max, the controller's own time (ms)": [round(percentile(own, 0.5), 3), round(max(own, default=0), 3)],
         "admission p50 / max, the client's time (ms)": [round(percentile(window["client"], 0.5), 2), round(max(window["client"], default=0), 2)],
@@ -567,6 +664,16 @@ def results(
         "the controller's count of them, per node per second": round(counted / size.nodes / took, 4),
         "events": dict(sorted(cluster.stats.items())),
     }  # fmt: skip
+
+
+CONTROLLER_GRANT = (
+    "Ready -> grant, the controller's own p50 / p99 (ms; its stagger_controller_grant_latency_seconds, "
+    "interpolated in the buckets)"
+)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -577,6 +684,11 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"  {label:<44} {results[key]:>9g} {unit:<3}  goal <= {goal:g} {unit:<3}  {verdict}")
     client = results["admission_client_p99_ms"]
     lines.append(f"  {'(admission p99, the client: TLS, queueing)':<44} {client:>9g} ms   (the same goal)")
+    own_p99 = results[CONTROLLER_GRANT][1]
+    lines.append(
+        f"  {'(Ready -> grant p99, the controller alone)':<44} "
+        f"{'none' if own_p99 is None else format(own_p99, 'g'):>9} ms   (its histogram, beside the first)"
+    )
     lines.append("details:")
     for key, value in list(results.items())[6:]:
         lines.append(
@@ -598,6 +710,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy the processes (raw stacks in DIR)"
     )
+    parser.add_argument(
+        "--pin-controller",
+        type=int,
+        metavar="CPU",
+        help="run the controller on this CPU alone, the emulator and this process on the others",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     groups = args.groups or max(1, args.pods // 10)
@@ -611,8 +729,13 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
+    if args.pin_controller is not None:
+        try:
+            cpu_plan(args.pin_controller)
+        except ValueError as err:
+            parser.error(str(err))
     size = Size(args.pods, args.nodes, groups, args.seconds, args.rate, args.admission_rate)
-    found = running.run(run(size, profile=args.profile, log=log))
+    found = running.run(run(size, profile=args.profile, pin=args.pin_controller, log=log))
     print(json.dumps(found, indent=2) if args.json else render(found))
     return 0
 

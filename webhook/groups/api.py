@@ -114,9 +114,29 @@ async def wait(request: web.Request) -> web.Response:
         found = []
     where = f" on {asked.node} in its wait"
     granted = [key for key in found if _grant(request, key, uid=asked.uids.get(key, ""), where=where).granted]
-    return json_response(
+    answer = json_response(
         contract.wait_answer(granted=granted, granted_for=RESERVATION_SECONDS, uids=asked.uids)
     )
+    _observe_ready_to_grant(request, granted)
+    return answer
+
+
+def _observe_ready_to_grant(request: web.Request, granted: list[PodKey]) -> None:
+    """The Ready-to-grant latency of each pod this answer grants whose room a Ready made, up to the answer
+    being written (it is sent as the handler returns).
+
+    Grants without such a Ready are left out, not labelled: a pod that had room when it asked (or got it
+    by time, a deletion, a lapsed reservation) has no Ready to measure from, and its answer's time is a
+    request's; mixed in, those near-zero values would pull the quantiles down and hide the one path this
+    histogram is for (Ready -> pacer room -> wake-up -> answer). They are counted by basis in
+    `stagger_controller_grants_total`."""
+    pacing = request.app[GROUPS].pacing
+    histogram = request.app[METRICS].grant_latency
+    now = pacing.monotonic()
+    for key in granted:
+        seen = pacing.take_freed(key)
+        if seen is not None:
+            histogram.observe(max(0.0, now - seen))
 
 
 def _grant(request: web.Request, key: PodKey, *, uid: str, where: str) -> Decision:

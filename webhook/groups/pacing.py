@@ -22,6 +22,14 @@ RESERVATION_SECONDS. One timer, armed for the book's next lapse, lets them lapse
 asks or not, and signals the change, so the place goes back to the group at once: a pod held meanwhile is
 released (evicted) as soon as the pacer has room. Each claim that lapsed unconfirmed is counted
 (`lapsed`: the controller's `stagger_controller_claims_lapsed_total`).
+
+Ready to grant (`stagger_controller_grant_latency_seconds`): the watch stamps each change with the
+controller's own clock (`monotonic`); a pod turning Ready stamps its pairs (their allowance grew:
+`readied_pairs`). When the index next brings the grantable set up to date, each held pod that became
+grantable then, in a pair so stamped since the last update, is remembered with that stamp (the latest
+of its pairs'): a Ready made room for it. The wait handler takes the stamp when it grants the pod in an
+answer (`take_freed`) and observes the time since. A pod that became grantable otherwise (it had room
+when it came, a start-up passed startTimeout, a pod was deleted, a reservation lapsed) has no stamp.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from stagger.names import Names
 from stagger.policy import StaggeringPolicy
 from stagger.waiting import wait_event
 
-__all__ = ["RECHECK_SECONDS", "GroupRow", "Pacing", "group_rows"]
+__all__ = ["RECHECK_SECONDS", "GroupRow", "Pacing", "group_rows", "readied_pairs"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +96,14 @@ def group_rows(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now
     return rows
 
 
+def readied_pairs(old: PodRecord | None, new: PodRecord) -> tuple[Pair, ...]:
+    """The pairs whose Ready count grows when the pod's record goes from `old` to `new` (None: new in
+    the book): all the pairs it counts in, when it turns Ready (and has not finished); else none. Pure."""
+    if not new.ready or new.finished or (old is not None and old.ready and not old.finished):
+        return ()
+    return new.pacer_groups + new.bypassed_groups
+
+
 @dataclass
 class Pacing:
     """The book, the policies, and who may be told what. `granting` is False until this replica leads
@@ -101,6 +117,8 @@ class Pacing:
     claim_confirm_timeout: float = groupbook.CLAIM_CONFIRM_SECONDS
     # Called with how many claims lapsed unconfirmed (the controller counts them in a metric).
     lapsed: Callable[[int], None] = lambda count: None
+    # The controller's own clock for the Ready-to-grant latency (the book's `clock` is the pods' wall time).
+    monotonic: Callable[[], float] = time.monotonic
     book: GroupBook = field(default_factory=GroupBook)
     granting: bool = False
     version: int = 0
@@ -120,19 +138,31 @@ class Pacing:
     _lapsed_seen: int = 0
     _lapse_timer: asyncio.TimerHandle | None = None
     _lapse_at: float | None = None
+    # Pairs whose Ready count grew since the index was last brought up to date, with when (`monotonic`);
+    # and the held pods a Ready made grantable, with that Ready's stamp, until granted or gone.
+    _readied: dict[Pair, float] = field(default_factory=dict)
+    _freed: dict[PodKey, float] = field(default_factory=dict)
 
     # --- the watch ----------------------------------------------------------------------------------
 
-    def pod_changed(self, pod: Mapping[str, Any]) -> None:
+    def pod_changed(self, pod: Mapping[str, Any], *, seen: float | None = None) -> None:
         """A pod from the watch (ADDED, MODIFIED): its record replaces the old one, or it leaves the
-        book when it no longer belongs there (being deleted, no group-key annotation)."""
+        book when it no longer belongs there (being deleted, no group-key annotation). `seen`: when the
+        watch delivered it (`monotonic`), for the Ready-to-grant latency; None: not a change to time
+        (the first list, a policy reload)."""
         record = groupbook.record_from_pod(pod, names=self.names, policies=self.policies)
         if record is None or (record.uid and record.uid in self._evicted):
             self.pod_deleted(pod)
             return
-        if self.book.get(record.key) == record:
+        old = self.book.get(record.key)
+        if old == record:
             return
+        if seen is not None:
+            for pair in readied_pairs(old, record):
+                self._readied[pair] = seen
         self.book.upsert(record)
+        if not record.waiting:
+            self._freed.pop(record.key, None)
         self._bump()
 
     def pod_deleted(self, pod: Mapping[str, Any]) -> None:
@@ -150,6 +180,7 @@ class Pacing:
             return  # an older pod of that name (evicted, say): the one in the book is another
         if key in self.book:
             self.book.remove(*key)
+            self._freed.pop(key, None)
             self._bump()
 
     def replace_policies(
@@ -269,10 +300,16 @@ class Pacing:
                 break  # insertion order is time order
             del self._evicted[uid]
         claim = self.book.evicted(record, now=now)
+        self._freed.pop(record.key, None)
         if record.uid:
             self._evicted[record.uid] = (now, claim)
         self._bump()
         return claim
+
+    def take_freed(self, key: PodKey) -> float | None:
+        """When the Ready that made this held pod grantable was seen (`monotonic`), forgotten as it is
+        read: call it once the pod is granted. None when no Ready made its room (see the module)."""
+        return self._freed.pop(key, None)
 
     def grantable(self) -> tuple[PodKey, ...]:
         """The held pods that may go now, oldest first."""
@@ -291,12 +328,25 @@ class Pacing:
             self._refresh_soon.cancel()  # done now (a no-op when this is that call)
             self._refresh_soon = None
         everything, self._rebuild = self._rebuild, False
+        readied, self._readied = self._readied, {}  # the Readies this update takes in
         became = self._index.update(
             self.book, policies=self.policies, now=self.clock(), everything=everything
         )
         for key in became:
+            self._note_freed(key, readied)
             for event in self._watchers.get(key, ()):
                 event.set()
+
+    def _note_freed(self, key: PodKey, readied: Mapping[Pair, float]) -> None:
+        """Remember when the Ready that made `key` grantable was seen: the latest of the pairs it waits
+        for that turned a pod Ready since the last update (the one whose room it waited for last, as a
+        rule). Forgotten when none did: its room came otherwise."""
+        record = self.book.get(key)
+        stamps = [readied[pair] for pair in record.pacer_groups if pair in readied] if record else []
+        if stamps and record is not None and record.waiting:
+            self._freed[key] = max(stamps)
+        else:
+            self._freed.pop(key, None)
 
     async def wait_grantable(self, keys: Sequence[PodKey], *, within: float) -> list[PodKey]:
         """The pods among `keys` that may go now; if none, waits (at most `within` seconds) until one may.

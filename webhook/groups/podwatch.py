@@ -163,7 +163,10 @@ class PodWatch:
         if kind == "DELETED":
             self.pacing.pod_deleted(pod)
             return
-        self.pacing.pod_changed(pod)
+        # Stamped with the controller's own clock as the watch delivers it: a Ready here starts the
+        # Ready-to-grant latency (stagger_controller_grant_latency_seconds). Not while listing: the first
+        # list is what this process found, not pods that just turned Ready.
+        self.pacing.pod_changed(pod, seen=self.pacing.monotonic() if self.synced else None)
         new = self.pacing.book.get(key)
         if not self.announce_events or self._events is None or not self.synced:
             # The first list is what this process found, not what changed: those pods were announced when
