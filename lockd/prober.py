@@ -111,14 +111,14 @@ class ReadinessProber:
             ip = podprobes.pod_ip(pod)
             if not plan.probed or not ip:
                 continue
-            targets = [t for t in podprobes.due(plan, pod, wall=self._wall()) if self._has_room(t)]
+            targets = [t for t in podprobes.due(plan, pod, wall=self._wall()) if self._has_room()]
             if targets:
                 self._in_flight += len(targets)
                 attempt.task = asyncio.create_task(
                     self._attempt(key, attempt, plan, targets, ip), name=f"probe {key[0]}/{key[1]}"
                 )
 
-    def _has_room(self, target: podprobes.Target) -> bool:
+    def _has_room(self) -> bool:
         if self._in_flight < self._max_in_flight:
             return True
         self._metrics.probes.count("skipped")

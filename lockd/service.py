@@ -435,9 +435,8 @@ class LockService:
             return
         slot = self.ledger.slots.get(key)
         if slot is not None and not slot.pending:
-            hold_until = slot.granted_at + self.node_policy.min_hold
-            if stage == "ready" and self.clock() < hold_until:
-                slot.release_at = hold_until
+            if stage == "ready":
+                self._end_at_ready(key, slot, why="ready")
             else:
                 self.release(namespace=key[0], name=key[1], why=stage)
         if stage in ("finished", "deleted") and self.ledger.leave_queue(key) is not None:
@@ -456,11 +455,16 @@ class LockService:
         slot = self.ledger.slots.get(key)
         if slot is None or slot.pending or slot.granted_at != granted_at or slot.release_at is not None:
             return
+        self._end_at_ready(key, slot, why="probedReady")
+
+    def _end_at_ready(self, key: ledger.PodKey, slot: ledger.Slot, *, why: EndReason) -> None:
+        """The pod is ready: its slot ends now, or at minHold after the grant if that is later (`tick`).
+        The first reason given keeps the slot's `release_why`; a later one only confirms the moment."""
         hold_until = slot.granted_at + self.node_policy.min_hold
-        if self.clock() < hold_until:
-            slot.release_at, slot.release_why = hold_until, "probedReady"
-        else:
-            self.release(namespace=key[0], name=key[1], why="probedReady")
+        if self.clock() >= hold_until:
+            self.release(namespace=key[0], name=key[1], why=why)
+        elif slot.release_at is None:
+            slot.release_at, slot.release_why = hold_until, why
 
     def _not_polling(self, key: ledger.PodKey) -> bool:
         waiter = self.ledger.queue.get(key)
