@@ -140,6 +140,7 @@ async def check_token(
         return error(400, str(err))
     review = await state.tokens.review(token, peer=peer) if token is not None else None
     view = state.view
+    watched = view.pod((namespace, name)) if view is not None else None
     verdict = tokenreview.decide(
         review,
         require=app[SETTINGS].tokens.require_pod_token,
@@ -147,6 +148,7 @@ async def check_token(
         namespace=namespace,
         name=name,
         uid=uid,
+        watched_uid=None if watched is None else str((watched.get("metadata") or {}).get("uid") or ""),
     )
     if isinstance(verdict, tokenreview.Refusal):
         metrics.pod_tokens.count("refused")

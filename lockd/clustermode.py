@@ -152,7 +152,11 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
         )
         state.view, state.group_watch = view, group_watch
         state.tokens = tokenreview.TokenReviewer(
-            client=client, settings=settings.tokens, clock=time.monotonic, wall=time.time
+            client=client,
+            settings=settings.tokens,
+            clock=time.monotonic,
+            wall=time.time,
+            count=app[METRICS].token_checks.count,
         )
         recorder = events.EventRecorder(client=client) if settings.cluster.events else None
         # The service with its parts, which need the session (opened in the running loop, as aiohttp

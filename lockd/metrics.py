@@ -320,6 +320,13 @@ class Metrics:
         "unanswered (the TokenReview failed).",
         "reason",
     )
+    token_checks: Counter = _counter(
+        "stagger_lockd_token_checks",
+        "New pod tokens checked (a cached answer is not counted), by how: keys (against the API server's "
+        "published keys, no API request), review (a TokenReview: a token the keys cannot judge, or "
+        "--no-token-keys).",
+        "how",
+    )
     pushed_grants: Counter = _counter(
         "stagger_lockd_pushed_grants",
         "Group grants the controller gave in the answers of the node's wait stream, by outcome: "

@@ -134,6 +134,11 @@ class TokenSettings:
     token_review_caller_fill: float = 0.5
     token_review_callers: int = 1024  # caller addresses remembered (the least recently seen forgotten)
     token_cache_entries: int = 4096
+    # Judge tokens against the API server's published keys (lockd/tokenkeys.py), a TokenReview only for
+    # those it cannot judge: one API request less for each pod.
+    token_keys: bool = True
+    # A token naming a key id not read yet makes lockd read the keys again, at most this often.
+    token_keys_reread: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--require-pod-token", ("STAGGER_REQUIRE_POD_TOKEN",), "require_pod_token",
            "cluster mode: refuse (403) an ask or release that does not carry the pod's service-account token "
            "(pods opted in by hand, older init clients); default: check those by name and uid", boolean),
+    Option("--no-token-keys", ("STAGGER_NO_TOKEN_KEYS",), "no_token_keys",
+           "cluster mode: a TokenReview for each new pod token, instead of checking it against the API "
+           "server's published keys (/openid/v1/jwks; a review then only for a token those cannot judge)",
+           boolean),
+    Option("--token-keys-reread", ("STAGGER_TOKEN_KEYS_REREAD",), "token_keys_reread",
+           "a token signed with a key not read yet (the API server's keys rotated) makes lockd read the "
+           "published keys again, at most this often (default 30s; they are also read every hour)",
+           seconds(), "DURATION"),
     Option("--token-cache", ("STAGGER_TOKEN_CACHE",), "token_cache",
            "how long the API server's answer about a token is reused (default 5m; never past the token's "
            "expiry)", seconds(), "DURATION"),
@@ -298,6 +311,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     options.split_host_port(values, "listen", host="host", port="port")
     options.split_host_port(values, "probe_listen", host="probe_host", port="probe_port")
     values["events"] = not values.pop("no_events", False)
+    values["token_keys"] = not values.pop("no_token_keys", False)
     values.setdefault("node_name", socket.gethostname())
     own_namespace, own_name = environ.get("POD_NAMESPACE"), environ.get("POD_NAME")
     if own_namespace and own_name:

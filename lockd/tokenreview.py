@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from lockd import tokenkeys
 from lockd.settings import TokenSettings
 from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.kube import TOKENREVIEWS, ApiError, RestClient
@@ -65,12 +66,14 @@ _SERVICE_ACCOUNT = "system:serviceaccount:"
 
 @dataclass(frozen=True)
 class TokenPod:
-    """The pod a token was issued for."""
+    """The pod a token was issued for; `live`: the API server confirmed that pod exists with that uid (a
+    TokenReview does; a token checked against the published keys leaves that to lockd's pod watch)."""
 
     namespace: str
     name: str
     uid: str
     service_account: str
+    live: bool = True
 
 
 @dataclass(frozen=True)
@@ -161,10 +164,19 @@ def token_expiry(token: str) -> float | None:
 
 
 def decide(
-    review: Review | None, *, require: bool, injected: bool, namespace: str, name: str, uid: str
+    review: Review | None,
+    *,
+    require: bool,
+    injected: bool,
+    namespace: str,
+    name: str,
+    uid: str,
+    watched_uid: str | None = None,
 ) -> Verdict:
     """What a request for `namespace/name` (uid `uid`, "" when not given) with this token's review (None:
-    no token) may do; `injected`: the pod has the token volume (admission gave it the token). Pure."""
+    no token) may do; `injected`: the pod has the token volume (admission gave it the token);
+    `watched_uid`: the uid of the pod of that name in lockd's watch, which a token the API server did not
+    confirm live must be bound to. Pure."""
     if review is None:
         if require:
             return Refusal(
@@ -195,6 +207,14 @@ def decide(
             f"the token is pod {review.namespace}/{review.name}'s (uid {review.uid}), "
             f"not {namespace}/{name}'s" + (f" (uid {uid})" if uid else ""),
             "other_pod",
+        )
+    if not review.live and review.uid != watched_uid:
+        # What the authenticator checks of a bound token (claims.go): its pod is still there, that very one.
+        return Refusal(
+            403,
+            f"the token is bound to pod {review.namespace}/{review.name} uid {review.uid}, which is no "
+            "longer there: service account token has been invalidated",
+            "rejected",
         )
     return "verified"
 
@@ -233,8 +253,10 @@ class TokenReviewer:
         settings: TokenSettings,
         clock: Callable[[], float],
         wall: Callable[[], float],
+        count: Callable[[Literal["keys", "review"]], None] = lambda how: None,
     ) -> None:
         self._client = client
+        self._count = count
         self._settings = settings
         self._clock = clock
         self._wall = wall
@@ -250,14 +272,32 @@ class TokenReviewer:
             capacity=settings.token_review_callers,
         )
         self.api_reviews = 0  # TokenReviews sent, for tests and /status
+        self.key_checks = 0  # tokens judged against the published keys, for tests and /status
+        self.keys = (
+            tokenkeys.IssuerKeys(
+                client=client,
+                clock=clock,
+                refresh_after_unknown=settings.token_keys_reread,
+                timeout=settings.token_review_timeout,
+            )
+            if settings.token_keys
+            else None
+        )
 
     async def review(self, token: str, *, peer: str) -> Review:
-        """Who `token` is; a new token costs its sender `peer` (the caller's address) one review."""
+        """Who `token` is: judged against the API server's published keys when it can be, else by a
+        TokenReview, for which a new token costs its sender `peer` (the caller's address) one review."""
         key = hashlib.sha256(token.encode()).digest()
         now = self._clock()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
+        judged = await self._judge(token)
+        if judged is not None:
+            self.key_checks += 1
+            self._count("keys")
+            self._remember(key, token, judged)
+            return judged
         task = self._reviewing.get(key)
         if task is None:
             caller = self.callers.of(peer, now=now)
@@ -290,6 +330,7 @@ class TokenReviewer:
 
     async def _ask(self, key: bytes, token: str) -> Review:
         self.api_reviews += 1
+        self._count("review")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -304,6 +345,39 @@ class TokenReviewer:
         except (aiohttp.ClientError, TimeoutError, ValueError) as err:
             return Unanswered(f"TokenReview: {err or type(err).__name__}")
         found = read_review(answer, audience=self._settings.token_audience)
+        self._remember(key, token, found)
+        return found
+
+    async def _judge(self, token: str) -> TokenPod | Rejected | None:
+        """The token judged against the published keys (lockd/tokenkeys.py); None: a review must say."""
+        if self.keys is None:
+            return None
+        if self.keys.stale(unknown=False):
+            await self.keys.read()
+        judged = self._judge_with_keys(token)
+        if judged is None and self.keys.stale(unknown=True):
+            await self.keys.read()  # perhaps signed with a key the issuer added since the last read
+            judged = self._judge_with_keys(token)
+        return judged
+
+    def _judge_with_keys(self, token: str) -> TokenPod | Rejected | None:
+        keys = self.keys.keys if self.keys is not None else None
+        if keys is None:
+            return None
+        judged = tokenkeys.judge(token, keys=keys, audience=self._settings.token_audience, now=self._wall())
+        if isinstance(judged, tokenkeys.Refused):
+            return Rejected(f"the token was not accepted: {judged.reason}")
+        if judged is None:
+            return None
+        return TokenPod(
+            namespace=judged.namespace,
+            name=judged.name,
+            uid=judged.uid,
+            service_account=judged.service_account,
+            live=False,
+        )
+
+    def _remember(self, key: bytes, token: str, found: TokenPod | Rejected) -> None:
         now, wall = self._clock(), self._wall()
         until = now + self._settings.token_cache
         expiry = token_expiry(token)
@@ -313,4 +387,3 @@ class TokenReviewer:
         self._cache.move_to_end(key)
         while len(self._cache) > self._settings.token_cache_entries:
             self._cache.popitem(last=False)
-        return found

@@ -4,6 +4,7 @@ No semantics live here."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -84,6 +85,10 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
         if document is None:
             raise errors.path_not_found()
         return json_response(document)
+    if target.kind == "openid-configuration":
+        return _openid_response(tokens.openid_configuration(), content_type="application/json")
+    if target.kind == "jwks":
+        return _openid_response(request.app[STATE].signer.jwks(), content_type=tokens.JWKS_MEDIA_TYPE)
     if target.kind == "api":
         return json_response(api_versions(f"{request.url.host}:{request.url.port}"))
     if target.kind == "apis":
@@ -94,6 +99,16 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
     if found is None:
         raise errors.path_not_found()
     return json_response(found)
+
+
+def _openid_response(body: Obj, *, content_type: str) -> web.Response:
+    """routes/openidmetadata.go's answer: its own media type, and cacheable for an hour (it overrides the
+    API server's `private, no-cache`) since the keys of a static key file do not change."""
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        content_type=content_type,
+        headers={"Cache-Control": "public, max-age=3600"},
+    )
 
 
 def _namespace_of(target: ResourcePath) -> str:

@@ -417,7 +417,9 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class DiscoveryPath:
-    kind: Literal["api", "apis", "group", "resources", "version", "health", "openapi"]
+    kind: Literal[
+        "api", "apis", "group", "resources", "version", "health", "openapi", "openid-configuration", "jwks"
+    ]
     group: str = ""
     version: str = ""
 
@@ -440,6 +442,11 @@ def parse_path(path: str) -> DiscoveryPath | ResourcePath | None:
         return DiscoveryPath("version")
     if parts[:2] == ["openapi", "v3"]:
         return DiscoveryPath("openapi")
+    # The service-account issuer's OIDC discovery (sim.emulator.tokens).
+    if parts == [".well-known", "openid-configuration"]:
+        return DiscoveryPath("openid-configuration")
+    if parts == ["openid", "v1", "jwks"]:
+        return DiscoveryPath("jwks")
     if parts == ["api"]:
         return DiscoveryPath("api")
     if parts == ["apis"]:

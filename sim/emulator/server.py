@@ -162,6 +162,11 @@ class ApiServer:
     def state(self) -> ApiState:
         return self.app[STATE]
 
+    def rotate_signing_key(self) -> None:
+        """Sign service-account tokens with a new key from now on, the old one still accepted and published
+        (what a kube-apiserver restarted with a new signing key and both public keys does)."""
+        self.state.signer = self.state.signer.rotated()
+
     async def start(self) -> None:
         # handler_cancellation: a watch whose client disconnects is cancelled at once, not at its next write.
         self._runner = web.AppRunner(

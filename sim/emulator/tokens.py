@@ -11,9 +11,17 @@ Error texts are the real server's: pkg/registry/core/serviceaccount/storage/toke
 pkg/apis/authentication/validation (ValidateTokenRequest), pkg/serviceaccount/jwt.go and claims.go (the
 authenticator), pkg/registry/authentication/tokenreview/storage.go.
 
-Where it knowingly differs: tokens are signed HS256 with a secret of the emulator instance (the real
-server signs RS256 with its service-account key, and publishes the public key); clients only read the
-payload. No --service-account-max-token-expiration (no upper clamp but 2^32 seconds).
+Tokens are signed ES256 with a P-256 key made per emulator instance (kube-apiserver signs with its
+--service-account-signing-key-file: ES256 for a P-256 key, RS256 for an RSA key as kubeadm makes by
+default), under the key id the real server computes (pkg/serviceaccount/jwt.go keyIDFromPublicKey), and
+the public key is published by OIDC discovery (`openid_configuration`, `TokenSigner.jwks`;
+pkg/serviceaccount/openidmetadata.go) so a client can check a token without a TokenReview.
+
+Where it knowingly differs: the key lives only as long as the emulator instance (tokens of another run
+never verify; there is no key file, no rotation and no second verifying key). The discovery document's
+jwks_uri is the issuer's URL + /openid/v1/jwks, where the real server, without --service-account-jwks-uri,
+names its own external address (clients here read the keys from the API server's /openid/v1/jwks). No
+--service-account-max-token-expiration (no upper clamp but 2^32 seconds).
 """
 
 from __future__ import annotations
@@ -21,12 +29,15 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import json
-import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 from sim.emulator import errors
 from sim.emulator.errors import FieldError
@@ -53,6 +64,15 @@ EXTRA = "authentication.kubernetes.io/"
 # What the authenticator's go-jose answers for a signature that does not verify.
 BAD_SIGNATURE = "go-jose/go-jose: error in cryptographic primitive"
 INVALIDATED = "service account token has been invalidated"
+# What jwt.go answers for a token whose header names a key id it has no key for.
+NO_KEYS = "invalid signature, no keys found"
+ALGORITHM = "ES256"
+CURVE = "P-256"
+_COORDINATE = 32  # bytes of a P-256 coordinate, and of r and of s in a JWS signature (RFC 7518 3.4)
+# OIDC discovery (pkg/serviceaccount/openidmetadata.go): the paths, and the keyset's media type (RFC 7517 8.5.1).
+OPENID_CONFIGURATION_PATH = "/.well-known/openid-configuration"
+JWKS_PATH = "/openid/v1/jwks"
+JWKS_MEDIA_TYPE = "application/jwk-set+json"
 
 
 def _b64(data: bytes) -> str:
@@ -71,24 +91,69 @@ class Refused(Exception):
         self.reason = reason
 
 
+def key_id_of(public_key: ec.EllipticCurvePublicKey) -> str:
+    """kube-apiserver's key id (jwt.go keyIDFromPublicKey): base64url of the SHA-256 of the public key's
+    DER SubjectPublicKeyInfo, so the same key always gets the same id across API server replicas."""
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return _b64(hashlib.sha256(der).digest())
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _coordinate(value: int) -> str:
+    return _b64(value.to_bytes(_COORDINATE, "big"))
+
+
 @dataclass(frozen=True)
 class TokenSigner:
     """The emulator instance's signing key (random per instance: tokens of another run never verify)."""
 
-    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
-    key_id: str = field(default_factory=lambda: _b64(secrets.token_bytes(32)))
+    private_key: ec.EllipticCurvePrivateKey = field(default_factory=_new_key, repr=False)
+    # Keys it no longer signs with but still accepts and publishes, as a kube-apiserver restarted with a new
+    # --service-account-signing-key-file and the old public key still among its --service-account-key-file.
+    retired: tuple[ec.EllipticCurvePublicKey, ...] = ()
+    key_id: str = field(init=False)
 
-    def _mac(self, signing_input: str) -> bytes:
-        return hmac.new(self.secret, signing_input.encode(), hashlib.sha256).digest()
+    def __post_init__(self) -> None:
+        # Derived from the key, once (the dataclass is frozen).
+        object.__setattr__(self, "key_id", key_id_of(self.private_key.public_key()))
+
+    def rotated(self) -> TokenSigner:
+        """A signer with a new key, this one's keys kept for verifying (a key rotation)."""
+        return TokenSigner(retired=(self.private_key.public_key(), *self.retired))
+
+    def _public_keys(self) -> dict[str, ec.EllipticCurvePublicKey]:
+        keys = {key_id_of(key): key for key in self.retired}
+        keys[self.key_id] = self.private_key.public_key()
+        return keys
 
     def sign(self, claims: Obj) -> str:
-        header = _b64(json.dumps({"alg": "HS256", "kid": self.key_id}, separators=(",", ":")).encode())
+        header = _b64(json.dumps({"alg": ALGORITHM, "kid": self.key_id}, separators=(",", ":")).encode())
         payload = _b64(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode())
-        return f"{header}.{payload}.{_b64(self._mac(f'{header}.{payload}'))}"
+        der = self.private_key.sign(f"{header}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))
+        r, s = decode_dss_signature(der)
+        # JWS wants r and s side by side, each the curve's size, big-endian (RFC 7518 3.4), not DER.
+        return f"{header}.{payload}.{_b64(r.to_bytes(_COORDINATE, 'big') + s.to_bytes(_COORDINATE, 'big'))}"
+
+    def _holds(self, key: ec.EllipticCurvePublicKey, signing_input: str, signature: bytes) -> bool:
+        if len(signature) != 2 * _COORDINATE:  # go-jose refuses any other length before the maths
+            return False
+        r = int.from_bytes(signature[:_COORDINATE], "big")
+        s = int.from_bytes(signature[_COORDINATE:], "big")
+        try:
+            key.verify(
+                encode_dss_signature(r, s), signing_input.encode(), ec.ECDSA(hashes.SHA256())
+            )
+        except InvalidSignature:
+            return False
+        return True
 
     def verify(self, token: str) -> Obj:
         """The claims of a token this signer made. Like jwt.go: a token that is no JWT or has another
-        issuer is not ours (Refused(None)); one of our issuer whose signature fails is refused."""
+        issuer is not ours (Refused(None)); one of our issuer naming a key id not ours finds no key; one
+        whose algorithm is not ours or whose signature fails is refused."""
         parts = token.split(".")
         if len(parts) != 3:
             raise Refused(None)
@@ -100,10 +165,38 @@ class TokenSigner:
             raise Refused(None) from err
         if not isinstance(claims, dict) or claims.get("iss") != ISSUER:
             raise Refused(None)
-        good = isinstance(header, dict) and header.get("alg") == "HS256"
-        if not good or not hmac.compare_digest(signature, self._mac(f"{parts[0]}.{parts[1]}")):
+        if not isinstance(header, dict):
+            raise Refused(BAD_SIGNATURE)
+        kid, keys = header.get("kid"), self._public_keys()
+        if isinstance(kid, str) and kid and kid not in keys:
+            raise Refused(NO_KEYS)  # jwt.go picks keys by the header's kid, and has none of another
+        # A token without a kid is tried against every key, as jwt.go does.
+        candidates = [keys[kid]] if isinstance(kid, str) and kid else list(keys.values())
+        signed = f"{parts[0]}.{parts[1]}"
+        if header.get("alg") != ALGORITHM or not any(self._holds(k, signed, signature) for k in candidates):
             raise Refused(BAD_SIGNATURE)
         return claims
+
+    def jwks(self) -> Obj:
+        """GET /openid/v1/jwks: the public key as go-jose writes a JSONWebKey (its field order)."""
+        found = []
+        for kid, public in self._public_keys().items():
+            numbers = public.public_numbers()
+            key = {"use": "sig", "kty": "EC", "kid": kid, "crv": CURVE, "alg": ALGORITHM}
+            found.append(key | {"x": _coordinate(numbers.x), "y": _coordinate(numbers.y)})
+        return {"keys": found}
+
+
+def openid_configuration() -> Obj:
+    """GET /.well-known/openid-configuration (openidmetadata.go openIDMetadata); jwks_uri under the
+    issuer (see the module docstring)."""
+    return {
+        "issuer": ISSUER,
+        "jwks_uri": ISSUER + JWKS_PATH,
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": [ALGORITHM],
+    }
 
 
 # -------------------------------------------------------------------------------------------- TokenRequest

@@ -5,7 +5,12 @@ iat, nbf, iss, sub, jti, kubernetes.io), and TokenReview authenticates it as the
 moved past exp and the minute of leeway), a tampered one, or one whose pod was deleted or re-created
 under the same name is refused with the real authenticator's words. TokenRequest's own refusals
 (expirationSeconds under 10 minutes, a missing service account or pod, another pod uid), the kubelet's
-3607 s extended to a year, the default ServiceAccount of every namespace, and discovery."""
+3607 s extended to a year, the default ServiceAccount of every namespace, and discovery.
+
+The signer itself (`TokenSigner`, no HTTP): ES256 tokens whose header names the key id, any claims round
+trip and any other claims under the same signature are refused (hypothesis); a token without a kid is tried
+against the key as jwt.go does; another algorithm, a DER signature and a token of another issuer or of no
+JWT shape are refused as before; another key's kid finds no key. The published keys: test_openid_discovery."""
 
 from __future__ import annotations
 
@@ -17,10 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes import client
 
 from sim.emulator.server import ApiServerSettings
-from sim.emulator.tokens import ISSUER
+from sim.emulator.tokens import BAD_SIGNATURE, ISSUER, NO_KEYS, Refused, TokenSigner
 from stagger.timestamps import format_rfc3339
 from tests.emulator.conftest import Http, pod
 
@@ -377,3 +387,88 @@ def test_the_official_client_requests_and_reviews_a_token(api: client.ApiClient)
     reviewed = authn.create_token_review({"spec": {"token": issued.status.token}})
     assert reviewed.status.authenticated is True
     assert reviewed.status.user.extra["authentication.kubernetes.io/pod-name"] == ["app"]
+
+
+# ------------------------------------------------------------------------------------------------ the signer
+
+SIGNER = TokenSigner()  # one key for the signer tests: key generation is not what they are about
+CLAIMS = {"iss": ISSUER, "sub": "system:serviceaccount:default:default"}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+claim_sets = st.dictionaries(st.text(max_size=8).filter(lambda k: k != "iss"), json_values, max_size=5).map(
+    lambda claims: claims | {"iss": ISSUER}
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _signed(header: dict[str, Any], claims: dict[str, Any], *, der: bool = False) -> str:
+    """A token signed with SIGNER's own key under any header; the signature as JWS wants it (r||s) or,
+    with `der`, left in the DER form `cryptography` gives."""
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    signature = SIGNER.private_key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256()))
+    if not der:
+        r, s = decode_dss_signature(signature)
+        signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    return f"{signing_input}.{_b64(signature)}"
+
+
+@given(claims=claim_sets)
+def test_any_claims_round_trip_under_an_es256_signature(claims: dict[str, Any]) -> None:
+    token = SIGNER.sign(claims)
+    head, _, signature = token.split(".")
+    assert json.loads(_unb64(head)) == {"alg": "ES256", "kid": SIGNER.key_id}
+    assert len(_unb64(signature)) == 64  # r||s, not DER
+    assert SIGNER.verify(token) == claims
+
+
+@given(claims=claim_sets, other=claim_sets)
+def test_other_claims_under_a_tokens_signature_are_refused(
+    claims: dict[str, Any], other: dict[str, Any]
+) -> None:
+    head, payload, signature = SIGNER.sign(claims).split(".")
+    forged_payload = _b64(json.dumps(other).encode())
+    if forged_payload == payload:
+        return  # the very same bytes: nothing was forged
+    with pytest.raises(Refused) as refused:
+        SIGNER.verify(f"{head}.{forged_payload}.{signature}")
+    assert refused.value.reason == BAD_SIGNATURE
+
+
+def test_a_token_without_a_kid_is_tried_against_the_key() -> None:
+    assert SIGNER.verify(_signed({"alg": "ES256"}, CLAIMS)) == CLAIMS
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        pytest.param(
+            lambda: _signed({"alg": "HS256", "kid": SIGNER.key_id}, CLAIMS), BAD_SIGNATURE, id="other-alg"
+        ),
+        pytest.param(
+            lambda: _signed({"alg": "ES256", "kid": SIGNER.key_id}, CLAIMS, der=True),
+            BAD_SIGNATURE,
+            id="der-signature",
+        ),
+        pytest.param(lambda: TokenSigner().sign(CLAIMS), NO_KEYS, id="another-keys-kid"),
+        pytest.param(
+            lambda: _signed({"alg": "ES256"}, CLAIMS | {"iss": "https://elsewhere"}), None, id="other-issuer"
+        ),
+        pytest.param(lambda: "a.b", None, id="two-parts"),
+        pytest.param(lambda: "!.!.!", None, id="not-base64-json"),
+    ],
+)
+def test_the_signer_refuses(token: Callable[[], str], reason: str | None) -> None:
+    with pytest.raises(Refused) as refused:
+        SIGNER.verify(token())
+    assert refused.value.reason == reason

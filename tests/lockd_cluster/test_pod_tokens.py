@@ -1,5 +1,6 @@
 """Cluster-mode lockd binds each ask and release to the pod whose projected service-account token comes with
-it (lockd/tokenreview.py), with tokens the API emulator issues and reviews as a real API server does: a pod's
+it (lockd/tokenreview.py), with tokens the API emulator issues and reviews as a real API server does, here
+by TokenReview (`--no-token-keys`; tests/lockd_cluster/test_token_keys.py checks them by keys): a pod's
 own token is verified and costs one TokenReview however often it asks; another pod's token, one of another
 audience, an expired or made-up one, or a bad Authorization header is refused and changes nothing, and
 made-up tokens by the dozen cost a bounded number of reviews; a release in
@@ -8,6 +9,7 @@ another pod's name is refused, the pod's own token releases without the release 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,6 +41,12 @@ class TokenClock:
 @pytest.fixture
 def token_clock() -> TokenClock:
     return TokenClock()
+
+
+@pytest.fixture
+def start_lockd(start_lockd):
+    """conftest's, with every new token reviewed by the API server (`--no-token-keys`)."""
+    return functools.partial(start_lockd, token_keys=False)
 
 
 @pytest.fixture
