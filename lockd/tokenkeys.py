@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 LEEWAY = 60.0
 OPENID_CONFIGURATION = "/.well-known/openid-configuration"
 JWKS = "/openid/v1/jwks"
+JWKS_MEDIA_TYPE = "application/jwk-set+json"  # the only one kube-apiserver serves the keys as (else 406)
 _SERVICE_ACCOUNT = "system:serviceaccount:"
 # JWS algorithm -> (hash, EC curve's name or None for RSA PKCS#1 v1.5, bytes of r and of s).
 _ALGORITHMS: dict[str, tuple[type[hashes.HashAlgorithm], str | None, int]] = {
@@ -248,7 +249,7 @@ class IssuerKeys:
         try:
             async with asyncio.timeout(self._timeout):
                 configuration = await self._client.request("GET", OPENID_CONFIGURATION)
-                jwks = await self._client.request("GET", JWKS)
+                jwks = await self._client.request("GET", JWKS, accept=JWKS_MEDIA_TYPE)
             keys = read_keys(configuration, jwks)
         except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as err:
             self.problem = f"the API server's keys could not be read ({err or type(err).__name__}): " + (

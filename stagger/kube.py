@@ -336,8 +336,8 @@ class RestClient:
     def base_url(self) -> str:
         return self._base
 
-    def _headers(self, *, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def _headers(self, *, content_type: str | None, accept: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": accept}
         token = self._token.get()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -353,14 +353,17 @@ class RestClient:
         params: Mapping[str, str] | None = None,
         body: object = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> dict[str, Any]:
+        """A JSON answer; `accept` for a JSON document of another media type (the API server answers
+        `/openid/v1/jwks` only as `application/jwk-set+json`, else 406)."""
         data = None if body is None else json.dumps(body)
         async with self._session.request(
             method,
             self._base + path,
             params=params,
             data=data,
-            headers=self._headers(content_type=content_type if data is not None else None),
+            headers=self._headers(content_type=content_type if data is not None else None, accept=accept),
             timeout=self._timeout,
             ssl=self._ssl,
         ) as resp:

@@ -86,9 +86,11 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
             raise errors.path_not_found()
         return json_response(document)
     if target.kind == "openid-configuration":
-        return _openid_response(tokens.openid_configuration(), content_type="application/json")
+        return _openid_response(request, tokens.openid_configuration(), content_type="application/json")
     if target.kind == "jwks":
-        return _openid_response(request.app[STATE].signer.jwks(), content_type=tokens.JWKS_MEDIA_TYPE)
+        return _openid_response(
+            request, request.app[STATE].signer.jwks(), content_type=tokens.JWKS_MEDIA_TYPE
+        )
     if target.kind == "api":
         return json_response(api_versions(f"{request.url.host}:{request.url.port}"))
     if target.kind == "apis":
@@ -101,9 +103,26 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
     return json_response(found)
 
 
-def _openid_response(body: Obj, *, content_type: str) -> web.Response:
+def _accepts(accept: str, media_type: str) -> bool:
+    """go-restful's check of a route's one `Produces` type against the Accept header (none: anything)."""
+    if not accept.strip():
+        return True
+    kind = media_type.split("/")[0]
+    ranges = {part.split(";")[0].strip() for part in accept.split(",")}
+    return bool(ranges & {media_type, "*/*", f"{kind}/*"})
+
+
+def _openid_response(request: web.Request, body: Obj, *, content_type: str) -> web.Response:
     """routes/openidmetadata.go's answer: its own media type, and cacheable for an hour (it overrides the
-    API server's `private, no-cache`) since the keys of a static key file do not change."""
+    API server's `private, no-cache`) since the keys of a static key file do not change. A go-restful
+    route, so an Accept header that does not allow its type gets go-restful's plain-text 406 (a real
+    kube-apiserver answers `Accept: application/json` for the keys so)."""
+    if not _accepts(request.headers.get("Accept", ""), content_type):
+        return web.Response(
+            status=406,
+            text=f"406: Not Acceptable\n\nAvailable representations: {content_type}",
+            content_type="text/plain",
+        )
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         content_type=content_type,

@@ -88,7 +88,9 @@ GRACE = 5.0  # after the window, for the answers to its last Readies
 IN_FLIGHT = 500  # Readies or reviews under way at once, at most
 GOALS = {  # the four figures: goal (at most), unit, what it is
     "controller_rss_mib": (1024.0, "MiB", "controller RSS, highest"),
-    "grant_p99_ms": (200.0, "ms", "Ready -> next grant of its group, p99"),
+    # The controller's own time (its stagger_controller_grant_latency_seconds), as issue 39 sets the goal;
+    # the end-to-end figure, which adds the emulator's and the stand-ins' time, is reported beside it.
+    "grant_p99_ms": (200.0, "ms", "Ready -> grant p99, the controller's own"),
     "admission_p99_ms": (3.0, "ms", "admission p99, the controller's own time"),
     "lockd_requests_per_node_second": (1.0, "", "requests from lockd per node per second"),
 }
@@ -634,16 +636,18 @@ def results(
     took, own, buckets = window["took"], window["own"], window["grant buckets"]
     latencies = cluster.latencies + window["unanswered"]
     counted = window["metrics"][GRANT_PATH] + window["metrics"][WAIT_PATH]
+    own_p99 = _ms(histogram_quantile(0.99, buckets))
     figures = {
         "controller_rss_mib": round(probes[0].peak / 2**20, 1),
-        "grant_p99_ms": round(percentile(latencies, 0.99), 1),
+        "grant_p99_ms": own_p99,  # None when the controller timed no grant
         "admission_p99_ms": round(percentile(own, 0.99), 3),
         "lockd_requests_per_node_second": round(sum(cluster.sent.values()) / size.nodes / took, 4),
     }
     return {
         **figures,
         "admission_client_p99_ms": round(percentile(window["client"], 0.99), 2),
-        "goals (at most)": {key: {"goal": GOALS[key][0], "met": value <= GOALS[key][0]} for key, value in figures.items()},
+        "grant_end_to_end_p99_ms": round(percentile(latencies, 0.99), 1),
+        "goals (at most)": {key: {"goal": GOALS[key][0], "met": value is not None and value <= GOALS[key][0]} for key, value in figures.items()},
         "pods": size.pods,
         "nodes": size.nodes,
         "groups": size.groups,
@@ -681,16 +685,17 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"scale: {results['pods']} pods on {results['nodes']} nodes in {results['groups']} groups"]
     for key, (goal, unit, label) in GOALS.items():
         verdict = "met" if results["goals (at most)"][key]["met"] else "MISSED"
-        lines.append(f"  {label:<44} {results[key]:>9g} {unit:<3}  goal <= {goal:g} {unit:<3}  {verdict}")
+        value = "none" if results[key] is None else format(results[key], "g")
+        lines.append(f"  {label:<44} {value:>9} {unit:<3}  goal <= {goal:g} {unit:<3}  {verdict}")
     client = results["admission_client_p99_ms"]
     lines.append(f"  {'(admission p99, the client: TLS, queueing)':<44} {client:>9g} ms   (the same goal)")
-    own_p99 = results[CONTROLLER_GRANT][1]
+    end_to_end = results["grant_end_to_end_p99_ms"]
     lines.append(
-        f"  {'(Ready -> grant p99, the controller alone)':<44} "
-        f"{'none' if own_p99 is None else format(own_p99, 'g'):>9} ms   (its histogram, beside the first)"
+        f"  {'(Ready -> grant p99, end to end: + test bed)':<44} {end_to_end:>9g} ms   "
+        "(the emulator's patch and watch, the stand-ins' wait)"
     )
     lines.append("details:")
-    for key, value in list(results.items())[6:]:
+    for key, value in list(results.items())[7:]:
         lines.append(
             f"  {key}: {json.dumps(value, indent=4) if isinstance(value, dict) else json.dumps(value)}"
         )

@@ -1,6 +1,6 @@
 """`python -m tests.benchmarks scale` at a small size (the emulator, the controller and this process as 20 nodes'
-lockd and their kubelets): the JSON answer starts with the four figures, and its numbers are sane; beside the
-end-to-end Ready-to-grant figure it reports the controller's own (from its histogram), and with
+lockd and their kubelets): the JSON answer starts with the four figures, and its numbers are sane; the
+Ready-to-grant goal is judged on the controller's own p99 (from its histogram), the end-to-end one beside it, and with
 `--pin-controller` it runs the controller on that CPU and the rest on the others. Not timings: a benchmark
 measures, this only checks that it measured something.
 
@@ -38,7 +38,9 @@ def test_a_small_run_prints_the_four_figures_first_and_sane_numbers(
     found = json.loads(capsys.readouterr().out)
     assert list(found)[:4] == FIGURES
     assert found["controller_rss_mib"] > 0
-    assert found["grant_p99_ms"] >= 0
+    # The goal's figure is the controller's own p99 (its histogram); the end-to-end one is beside it.
+    assert found["grant_p99_ms"] == found[CONTROLLER_GRANT][1]
+    assert found["grant_end_to_end_p99_ms"] >= 0
     assert found["admission_p99_ms"] >= 0
     assert found["lockd_requests_per_node_second"] > 0
     assert set(found["goals (at most)"]) == set(FIGURES)

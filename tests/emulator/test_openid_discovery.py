@@ -5,7 +5,8 @@ kube-apiserver's (base64url SHA-256 of the key's DER SubjectPublicKeyInfo), each
 hour's Cache-Control. A token from TokenRequest verifies with `cryptography` against the published key
 alone (its header naming that kid and ES256, the signature r||s); a tampered payload does not, and
 TokenReview still refuses it. Another emulator instance publishes another key, and its tokens find no key
-here. Other methods are 405, and both paths are counted as discovery."""
+here. Other methods are 405, an Accept header that does not allow the type 406 (as go-restful answers), and
+both paths are counted as discovery."""
 
 from __future__ import annotations
 
@@ -174,3 +175,24 @@ def test_both_are_counted_as_discovery(server: ApiServerThread, http: Http) -> N
     assert http.get(JWKS).status_code == 200
     after = server.call(lambda: server.server.request_counts)
     assert after[("get", "discovery")] == before + 2
+
+
+@pytest.mark.parametrize(
+    ("path", "accept", "status"),
+    [
+        pytest.param(JWKS, "application/json", 406, id="keys-as-json"),
+        pytest.param(JWKS, "application/jwk-set+json", 200, id="keys-as-their-type"),
+        pytest.param(JWKS, "*/*", 200, id="keys-as-anything"),
+        pytest.param(JWKS, "application/*;q=0.9", 200, id="keys-as-any-application-type"),
+        pytest.param(CONFIGURATION, "application/json", 200, id="configuration-as-json"),
+        pytest.param(CONFIGURATION, "text/plain", 406, id="configuration-as-text"),
+    ],
+)
+def test_an_accept_header_not_allowing_the_type_is_406(
+    http: Http, path: str, accept: str, status: int
+) -> None:
+    # A real kube-apiserver (go-restful) answers `Accept: application/json` for the keys with 406.
+    response = http.get(path, headers={"Accept": accept})
+    assert response.status_code == status
+    if status == 406:
+        assert "Available representations" in response.text
