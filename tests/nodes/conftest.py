@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sim.realcluster.cluster import RealCluster, RealClusterError, preflight
-from tests.nodes.kube import Kube, Release
-from tests.nodes.policies import POLICIES, STAGGER_IMAGE
+from tests.nodes.kube import Kube, Release, lockd_status, wait_for
+from tests.nodes.policies import ONE_SLOT_LABEL, POLICIES, STAGGER_IMAGE
 
 
 def _require_real_nodes() -> None:
@@ -40,6 +40,7 @@ ORDER = (
     "test_deployment",
     "test_modes",
     "test_readiness",
+    "test_initclient_cost",
     "test_lifecycle",
     "test_hostile",
     "test_failures",
@@ -90,3 +91,19 @@ def stagger(kube: Kube, real_cluster: RealCluster) -> Iterator[Release]:
     release.install({"policies": POLICIES})
     release.wait_ready(nodes=len(real_cluster.nodes))
     yield release
+
+
+@pytest.fixture(scope="module")
+def one_slot_node(stagger: Release, kube: Kube, real_cluster: RealCluster) -> Iterator[tuple[str, str]]:
+    """The first node, labelled to start one pod at a time; (name, address). The label is removed after."""
+    node = real_cluster.nodes[0].plan
+    kube.run("kubectl", "label", "node", node.name, f"{ONE_SLOT_LABEL}=1", "--overwrite")
+    try:
+        wait_for(
+            f"lockd on {node.name} to choose node policy one-slot",
+            lambda: True if lockd_status(node.address)["policy"]["name"] == "one-slot" else None,
+            timeout=30,
+        )
+        yield node.name, node.address
+    finally:
+        kube.run("kubectl", "label", "node", node.name, f"{ONE_SLOT_LABEL}-")

@@ -11,34 +11,15 @@ figures are printed (`pytest -s`) for the report.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sim.realcluster.cluster import RealCluster
-from tests.nodes.kube import PREFIX, Herd, Kube, Release, lockd_status, wait_for, workload
-from tests.nodes.policies import ONE_SLOT_LABEL
+from tests.nodes.kube import PREFIX, Herd, Kube, workload
 
 PODS = 4
 PROBED = f"{PREFIX}/probed-ready-at"
 EXEC_PROBE = {"exec": {"command": ["/workload", "--check", "http://127.0.0.1:8080/readyz"]}}
-
-
-@pytest.fixture(scope="module")
-def one_slot_node(stagger: Release, kube: Kube, real_cluster: RealCluster) -> Iterator[tuple[str, str]]:
-    """The first node, labelled to start one pod at a time; (name, address). The label is removed after."""
-    node = real_cluster.nodes[0].plan
-    kube.run("kubectl", "label", "node", node.name, f"{ONE_SLOT_LABEL}=1", "--overwrite")
-    try:
-        wait_for(
-            f"lockd on {node.name} to choose node policy one-slot",
-            lambda: True if lockd_status(node.address)["policy"]["name"] == "one-slot" else None,
-            timeout=30,
-        )
-        yield node.name, node.address
-    finally:
-        kube.run("kubectl", "label", "node", node.name, f"{ONE_SLOT_LABEL}-")
 
 
 def herd(
