@@ -30,15 +30,17 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 
-from lockd import tokenkeys
 from lockd.settings import TokenSettings
 from stagger.contracts.podtoken import TOKEN_VOLUME
 from stagger.kube import TOKENREVIEWS, ApiError, RestClient
 from stagger.throttles import TokenBucket
+
+if TYPE_CHECKING:
+    from lockd import tokenkeys
 
 __all__ = [
     "POD_NAME_EXTRA",
@@ -274,14 +276,7 @@ class TokenReviewer:
         self.api_reviews = 0  # TokenReviews sent, for tests and /status
         self.key_checks = 0  # tokens judged against the published keys, for tests and /status
         self.keys = (
-            tokenkeys.IssuerKeys(
-                client=client,
-                clock=clock,
-                refresh_after_unknown=settings.token_keys_reread,
-                timeout=settings.token_review_timeout,
-            )
-            if settings.token_keys
-            else None
+            _issuer_keys(client=client, settings=settings, clock=clock) if settings.token_keys else None
         )
 
     async def review(self, token: str, *, peer: str) -> Review:
@@ -364,6 +359,8 @@ class TokenReviewer:
         keys = self.keys.keys if self.keys is not None else None
         if keys is None:
             return None
+        from lockd import tokenkeys  # loaded already: `self.keys` is one of its
+
         judged = tokenkeys.judge(token, keys=keys, audience=self._settings.token_audience, now=self._wall())
         if isinstance(judged, tokenkeys.Refused):
             return Rejected(f"the token was not accepted: {judged.reason}")
@@ -387,3 +384,26 @@ class TokenReviewer:
         self._cache.move_to_end(key)
         while len(self._cache) > self._settings.token_cache_entries:
             self._cache.popitem(last=False)
+
+
+def _issuer_keys(
+    *, client: RestClient, settings: TokenSettings, clock: Callable[[], float]
+) -> tokenkeys.IssuerKeys | None:
+    """The published keys' reader, or None where the `cryptography` library is not installed (`pip install
+    'stagger[lockd]'`; the image has it): then every new token goes to a TokenReview, as with
+    --no-token-keys."""
+    try:
+        from lockd import tokenkeys
+    except ImportError as err:
+        logger.warning(
+            "pods' tokens go to TokenReviews: checking them by the API server's published keys needs the "
+            "cryptography library (%s; pip install 'stagger[lockd]')",
+            err,
+        )
+        return None
+    return tokenkeys.IssuerKeys(
+        client=client,
+        clock=clock,
+        refresh_after_unknown=settings.token_keys_reread,
+        timeout=settings.token_review_timeout,
+    )

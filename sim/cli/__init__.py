@@ -99,11 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as missing:
         # `make run` installs what lockd needs, not the test bed's extras (cryptography, trustme, psutil, ...):
         # say what to do instead of a traceback. A module of the project itself missing is a bug: raised.
-        if (missing.name or "").split(".")[0] in _OWN_PACKAGES:
+        package = (missing.name or "").split(".")[0]
+        if package in _OWN_PACKAGES:
             raise
         parser.exit(
             2,
-            f"python -m sim {args.command}: the Python module {missing.name!r} is not installed; the test bed "
+            # The package, as pip names it (`cryptography`, not the `cryptography.exceptions` imported).
+            f"python -m sim {args.command}: the Python module {package!r} is not installed; the test bed "
             "needs the test extras: run `make venv` (or `.venv/bin/pip install -e '.[test]'`)\n",
         )
     return command(args.args)

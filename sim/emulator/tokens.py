@@ -143,9 +143,7 @@ class TokenSigner:
         r = int.from_bytes(signature[:_COORDINATE], "big")
         s = int.from_bytes(signature[_COORDINATE:], "big")
         try:
-            key.verify(
-                encode_dss_signature(r, s), signing_input.encode(), ec.ECDSA(hashes.SHA256())
-            )
+            key.verify(encode_dss_signature(r, s), signing_input.encode(), ec.ECDSA(hashes.SHA256()))
         except InvalidSignature:
             return False
         return True

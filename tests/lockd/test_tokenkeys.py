@@ -3,12 +3,15 @@ authenticator judges it (pkg/serviceaccount/jwt.go, claims.go), with keys and to
 `cryptography` the way kube-apiserver makes them (ES256 from a P-256 key, RS256 from an RSA key):
 a pod's good token names its pod; a tampered, expired, not-yet-valid, other-audience or not-a-pod's
 token is refused; a token of another issuer, an unknown key id or algorithm, or no JWT at all is left to
-a TokenReview (None); a JWKS reads into its keys, skipping keys of other kinds and uses."""
+a TokenReview (None); a JWKS reads into its keys, skipping keys of other kinds and uses; without the `cryptography` library lockd
+still runs and sends every token to a TokenReview."""
 
 from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -179,3 +182,18 @@ def test_any_changed_byte_of_the_signed_part_is_refused(position: int, flip: int
     found = judge(tampered, keys=KEYS, audience="stagger", now=NOW)
     # Another issuer is left to a review, which refuses it; everything else is refused here.
     assert found is None or isinstance(found, Refused)
+
+
+def test_without_the_cryptography_library_every_token_goes_to_a_review() -> None:
+    """`pip install stagger` without the `lockd` extra: lockd still runs, with TokenReviews, and says why."""
+    script = (
+        "import logging, sys, time; sys.modules['cryptography'] = None; logging.basicConfig(level=logging.WARNING)\n"
+        "from lockd.settings import TokenSettings\n"
+        "from lockd.tokenreview import _issuer_keys\n"
+        "print(_issuer_keys(client=None, settings=TokenSettings(), clock=time.monotonic))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "None"
+    assert "needs the cryptography library" in done.stderr and "stagger[lockd]" in done.stderr

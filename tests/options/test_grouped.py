@@ -56,7 +56,9 @@ def test_a_variant_changes_only_what_it_names() -> None:
     ("module", "renamed", "required"),
     [
         # Options whose value is split or turned before it is a setting.
-        pytest.param(lockd_settings, {"listen", "probe_listen", "no_events"}, {}, id="lockd"),
+        pytest.param(
+            lockd_settings, {"listen", "probe_listen", "no_events", "no_token_keys"}, {}, id="lockd"
+        ),
         pytest.param(
             controller_settings,
             {"listen", "probe_listen", "no_leader_elect", "no_pod_token"},
