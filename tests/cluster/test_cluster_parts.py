@@ -14,7 +14,14 @@ from sim.cluster.clock import SimClock
 from sim.cluster.kubernetes.nodeagent import node_manifests
 from sim.cluster.kubernetes.placement import node_info
 from sim.cluster.launchers.initproc import LaunchGate
-from sim.cluster.launchers.lockdproc import LockdError, LockdProcess, LockdSpec, common_free_port
+from sim.cluster.launchers.lockdproc import (
+    LOWEST_PORT,
+    LockdError,
+    LockdProcess,
+    LockdSpec,
+    _ephemeral_start,
+    common_free_port,
+)
 from sim.cluster.measure.herd import RunResult, as_json, format_table, plot
 from sim.cluster.scenario import NodePool
 
@@ -61,6 +68,8 @@ async def test_lockd_processes_serve_on_node_addresses_and_stop(tmp_path: Path) 
     policies.write_text("nodePolicies:\n- name: demo\n  throttleConfig: {maxConcurrent: {value: 1}}\n")
     hosts = ["127.0.1.1", "127.0.1.2"]
     port = common_free_port(hosts)
+    # Never from the kernel's ephemeral range, where another process's connection could take it first.
+    assert LOWEST_PORT <= port < _ephemeral_start()
     procs = []
     for i, host in enumerate(hosts):
         load = tmp_path / f"{i}.json"

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -136,13 +137,29 @@ class LockdProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
+LOWEST_PORT = 20000
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def common_free_port(hosts: Sequence[str]) -> int:
-    """A TCP port free on every one of ``hosts`` right now (lockd's hostPort is the same on all nodes)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        if all(_port_free(h, port) for h in hosts[1:]):
+    """A TCP port free on every one of ``hosts`` right now (lockd's hostPort is the same on all nodes).
+
+    Chosen at random below the kernel's ephemeral range, never from it: a port the kernel handed out for a
+    bind to port 0 goes back to that range when the probe closes, and under parallel tests another process's
+    outgoing connection or listener could take it before lockd binds it (a CI run once saw lockd's bind
+    fail with "address already in use"). Below the range only a process that names that very port can."""
+    top = _ephemeral_start()
+    chooser = random.SystemRandom()
+    for _ in range(200):
+        port = chooser.randrange(LOWEST_PORT, top) if top > LOWEST_PORT else chooser.randrange(1024, 65536)
+        if all(_port_free(h, port) for h in hosts):
             return port
     raise OSError(f"no TCP port is free on all of {', '.join(hosts)}")
 
