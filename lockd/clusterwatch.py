@@ -354,14 +354,17 @@ class NodeView:
             self.pods.objects(),
             names=self.names,
             exclude_namespaces=node_policy.exclude_namespaces,
-            holders=holders,
+            # lockd's own pod, a DaemonSet's, is not Ready until lockd answers: it never counts.
+            holders=holders if self.own_pod is None else holders | {self.own_pod},
+            workloads=node_policy.count_all_starting,
+            daemonsets=node_policy.count_daemonsets,
         )
 
     def daemonsets_waiting(self) -> list[str]:
         return self.daemonsets.waiting()
 
-    def want_daemonsets(self, wanted: bool) -> None:
-        self.daemonsets.want(wanted)
+    def want_daemonsets(self, wanted: bool, *, chosen: policy.DaemonSetFilter | None = None) -> None:
+        self.daemonsets.want(wanted, chosen=chosen)
 
     async def run(self) -> None:
         await asyncio.gather(self.pods.run(), self.nodes.run(), self.daemonsets.run())

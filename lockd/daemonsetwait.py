@@ -7,7 +7,8 @@ DaemonSet controller decides it: `stagger.daemonplacement`) and has no pod here 
 DaemonSet controller creates the pods a moment after the Node appears, and the scheduler binds them a
 moment later, so the node's pods alone miss them (pod-startup-lock's k8s-health waits for every
 DaemonSet that should run on the node). lockd's own DaemonSet and DaemonSets being deleted are never
-waited for.
+waited for, nor those the node policy's `daemonSets` filter leaves out (`chooses`: k8s-health's
+--hostNet, --namespace, --in, --ex).
 
 A missing pod is waited for at most `--daemonset-wait` (`MissingBound`): the DaemonSet controller may not
 make it after all (it is down, or the node does not fit the pod in a way this reading does not see), and
@@ -23,16 +24,22 @@ from typing import Any, Final, Literal
 from lockd.pods import key_of, meta, stage
 from stagger import daemonplacement
 from stagger.podstate import restart_state
+from stagger.policy import DaemonSetFilter
 
 __all__ = [
+    "ALL",
     "BOUNDED",
     "DaemonSetView",
     "MissingBound",
     "Waiting",
+    "chooses",
     "daemonset_view",
     "lean_daemonset",
     "waiting_for",
 ]
+
+ALL: Final = DaemonSetFilter()
+"""The default `daemonSets` filter: every DaemonSet."""
 
 Obj = Mapping[str, Any]
 Why = Literal["podMissing", "notReady", "crashLoopBackOff", "notListed"]
@@ -83,34 +90,75 @@ def _owner(pod: Obj) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class DaemonSetView:
-    """What the cluster's DaemonSets say about this node: those whose pod should run here, and the uids
-    of those being deleted (their pods are going away with them)."""
+    """What the cluster's DaemonSets say about this node: those whose pod should run here (and the filter
+    chooses), the uids of those being deleted (their pods are going away with them), and of those the
+    filter leaves out."""
 
     eligible: tuple[Obj, ...] = ()
     deleting: frozenset[str] = frozenset()
+    not_chosen: frozenset[str] = frozenset()
 
 
-def daemonset_view(items: Iterable[Obj], node: Obj | None) -> DaemonSetView:
-    """The DaemonSets whose pod should run on `node` (none while the Node is not known)."""
-    eligible, deleting = [], set()
+def _spec(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
+def chooses(item: Obj, chosen: DaemonSetFilter) -> bool:
+    """Pure: does the `daemonSets` filter choose this DaemonSet (by its namespace, name, labels and its pod
+    template's hostNetwork)?"""
+    namespace, name = key_of(item)
+    template = (_spec(item).get("template") or {}).get("spec") or {}
+    return chosen.chooses(
+        namespace=namespace,
+        name=name,
+        labels=meta(item).get("labels") or {},
+        host_network=template.get("hostNetwork") is True,
+    )
+
+
+def _chooses_owner_of(pod: Obj, owner_name: str, chosen: DaemonSetFilter) -> bool:
+    """The filter read from the pod of a DaemonSet: its namespace, the DaemonSet's name, the pod's own
+    hostNetwork; the DaemonSet's labels are not on its pods (a label entry excludes nothing here)."""
+    return chosen.chooses(
+        namespace=key_of(pod)[0],
+        name=owner_name,
+        labels=None,
+        host_network=_spec(pod).get("hostNetwork") is True,
+    )
+
+
+def daemonset_view(items: Iterable[Obj], node: Obj | None, chosen: DaemonSetFilter = ALL) -> DaemonSetView:
+    """The DaemonSets whose pod should run on `node` (none while the Node is not known) that `chosen`
+    chooses."""
+    eligible, deleting, not_chosen = [], set(), set()
     for item in items:
         if meta(item).get("deletionTimestamp"):
             deleting.add(uid_of(item))
+        elif not chooses(item, chosen):
+            not_chosen.add(uid_of(item))
         elif node is not None and daemonplacement.should_run(item, node):
             eligible.append(item)
-    return DaemonSetView(eligible=tuple(eligible), deleting=frozenset(deleting))
+    return DaemonSetView(
+        eligible=tuple(eligible), deleting=frozenset(deleting), not_chosen=frozenset(not_chosen)
+    )
 
 
 def waiting_for(
-    pods: Iterable[Obj], *, view: DaemonSetView | None, own_pod: tuple[str, str] | None
+    pods: Iterable[Obj],
+    *,
+    view: DaemonSetView | None,
+    own_pod: tuple[str, str] | None,
+    chosen: DaemonSetFilter = ALL,
 ) -> list[Waiting]:
     """The DaemonSets this node waits for: those whose pod here is not Ready (crash-looping said so), and,
     with `view` (None: the DaemonSets are not listed), those that should run here with no pod here that
-    runs or starts. Sorted by namespace/name.
+    runs or starts; only those `chosen` chooses (the view's filter too: made with the same). Sorted by
+    namespace/name.
 
     lockd's own pod is left out, and with it its DaemonSet: it becomes Ready only once lockd answers, so
     waiting on it would wait forever."""
     deleting = view.deleting if view is not None else frozenset()
+    not_chosen = view.not_chosen if view is not None else frozenset()
     node_pods = list(pods)
     own_uid = next(
         (owner[1] for pod in node_pods if key_of(pod) == own_pod and (owner := _owner(pod)) is not None), None
@@ -125,6 +173,8 @@ def waiting_for(
         if current in ("starting", "ready"):
             present.add(owner[1])
         if current != "starting" or key_of(pod) == own_pod or owner[1] == own_uid or owner[1] in deleting:
+            continue
+        if owner[1] in not_chosen or not _chooses_owner_of(pod, owner[0], chosen):
             continue
         crashing = restart_state(pod) == "crashLoopBackOff"
         waiting = Waiting(key_of(pod)[0], owner[0], "crashLoopBackOff" if crashing else "notReady")
@@ -172,10 +222,11 @@ class MissingBound:
         self._expired.clear()
 
 
-# What lockd reads of a DaemonSet (`daemonset_view`, `waiting_for`): its identity, whether it is being
-# deleted, and of its pod template's spec what decides which nodes run its pods.
+# What lockd reads of a DaemonSet (`daemonset_view`, `waiting_for`): its identity and labels (the
+# `daemonSets` filter's label:value entries), whether it is being deleted, and of its pod template's spec
+# what decides which nodes run its pods (and hostNetwork, the filter's).
 _TEMPLATE_SPEC_READ: Final = ("nodeName", "nodeSelector", "tolerations", "hostNetwork")
-_METADATA_READ: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_METADATA_READ: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "labels")
 
 
 def lean_daemonset(item: dict[str, Any]) -> dict[str, Any]:

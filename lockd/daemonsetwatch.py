@@ -1,8 +1,8 @@
 """Cluster mode's watch of the cluster's DaemonSets for `waitForDaemonSets`: one list+watch of
 `apps/v1` daemonsets in all namespaces, run only while the node's policy waits for DaemonSets (a node
 that does not wait costs the API server nothing more), and what it says with the node's pods and Node
-(`lockd.daemonsetwait`): which DaemonSets the node still waits for, each missing pod waited for at most
-`--daemonset-wait`.
+(`lockd.daemonsetwait`): which DaemonSets the node still waits for (those the node policy's `daemonSets`
+filter chooses), each missing pod waited for at most `--daemonset-wait`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from lockd.daemonsetwait import (
+    ALL,
     NOT_LISTED,
     DaemonSetView,
     MissingBound,
@@ -24,6 +25,7 @@ from lockd.daemonsetwait import (
 )
 from stagger.informer import Informer, InformerSettings
 from stagger.kube import DAEMONSETS, RestClient, WatchEventType
+from stagger.policy import DaemonSetFilter
 from stagger.waiting import stop_tasks
 
 __all__ = ["DaemonSetWatch"]
@@ -62,6 +64,7 @@ class DaemonSetWatch:
         self._clock = clock
         self._missing = MissingBound(bound=bound)
         self._wanted = False
+        self._chosen: DaemonSetFilter = ALL
         self._toggled = asyncio.Event()
         self._view: DaemonSetView | None = None
         self._observing = False
@@ -71,8 +74,16 @@ class DaemonSetWatch:
     def wanted(self) -> bool:
         return self._wanted
 
-    def want(self, wanted: bool) -> None:
-        """Watch the DaemonSets (the node's policy has `waitForDaemonSets`), or stop (it no longer has)."""
+    @property
+    def chosen(self) -> DaemonSetFilter:
+        return self._chosen
+
+    def want(self, wanted: bool, *, chosen: DaemonSetFilter | None = None) -> None:
+        """Watch the DaemonSets (the node's policy has `waitForDaemonSets`), or stop (it no longer has);
+        `chosen`, its `daemonSets` filter (None: as it was)."""
+        if chosen is not None and chosen != self._chosen:
+            self._chosen = chosen
+            self.changed()
         if wanted != self._wanted:
             self._wanted = wanted
             self._toggled.set()
@@ -92,11 +103,11 @@ class DaemonSetWatch:
         extra: list[Waiting] = []
         if informer is not None and informer.synced.is_set():
             if self._view is None:
-                self._view = daemonset_view(informer.objects(), self._node())
+                self._view = daemonset_view(informer.objects(), self._node(), self._chosen)
             view = self._view
         elif informer is not None:
             extra = [NOT_LISTED]
-        found = waiting_for(self._pods(), view=view, own_pod=self._own_pod) + extra
+        found = waiting_for(self._pods(), view=view, own_pod=self._own_pod, chosen=self._chosen) + extra
         kept, expired = self._missing.apply(found, now=self._clock())
         for item in expired:
             self._expired(item)

@@ -3,22 +3,26 @@ while any dependency of the node's policy fails, lockd grants nothing.
 
 The pure core: a dependency's name, the result of one check, and which dependency fails (`failing`,
 `dependency_verdict`), a function of the node policy's dependencies and the cached results, as the load
-throttles are of the load sample. The thin shell: `DependencyChecks`, the cache and the checker that
-fills it in the background (one loop per dependency of the current node policy, each checked every
-`--dependency-interval` within its own timeout), so an ask never waits on a network call and a dependency
-that is down costs one check per interval however many pods ask. A result changing between up and down
-wakes the waiting long polls (the caller's `on_change`), as a new load sample does.
+throttles are of the load sample; how soon a dependency is checked again (`pause_after`); and the target
+a node checks (`node_target`: `$(NODE_NAME)` and `$(NODE_IP)` expanded with this node's). The thin
+shell: `DependencyChecks`, the cache and the checker that fills it in the background (one loop per
+dependency of the current node policy, each checked within its own timeout, then again after its
+`interval` while it answers and its `failInterval` while it fails, both `--dependency-interval` by
+default: pod-startup-lock's --passHc and --failHc), so an ask never waits on a network call and a
+dependency that is down costs one check per interval however many pods ask. A result changing between
+up and down wakes the waiting long polls (the caller's `on_change`), as a new load sample does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import functools
 import logging
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -29,7 +33,7 @@ from stagger import throttles
 from stagger.addresses import parse_host_port
 from stagger.durations import format_duration
 from stagger.nodechecks import check_dependencies
-from stagger.policy import Dependency
+from stagger.policy import Dependency, expand_target
 from stagger.timestamps import format_rfc3339
 from stagger.version import VERSION
 from stagger.waiting import stop_tasks
@@ -39,11 +43,15 @@ __all__ = [
     "DependencyChecks",
     "DependencyStatus",
     "Result",
+    "UnknownVariable",
     "check",
     "dependency_status",
     "dependency_verdict",
     "failing",
     "name_of",
+    "node_target",
+    "node_variables",
+    "pause_after",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,21 +114,73 @@ def dependency_verdict(
     )
 
 
+def node_variables(*, node_name: str, node_ip: str | None) -> dict[str, str]:
+    """What a dependency's `$(VAR)`s stand for on this node; without a node IP (no --node-ip), a target
+    with `$(NODE_IP)` fails its checks, naming the setting."""
+    return {"NODE_NAME": node_name} | ({"NODE_IP": node_ip} if node_ip else {})
+
+
+class UnknownVariable(ValueError):
+    """A target names a node variable this lockd has no value for."""
+
+
+_SETTING_OF = {"NODE_NAME": "--node-name (STAGGER_NODE_NAME)", "NODE_IP": "--node-ip (STAGGER_NODE_IP)"}
+
+
+def node_target(dependency: Dependency, variables: Mapping[str, str]) -> str:
+    """Pure: the target this node checks, its `$(VAR)`s expanded. Raises UnknownVariable naming the
+    setting that gives a missing one."""
+    try:
+        return expand_target(dependency.target, kind=dependency.kind, variables=variables)
+    except KeyError as missing:
+        name = str(missing.args[0])
+        setting = _SETTING_OF.get(name, "a setting")
+        raise UnknownVariable(f"lockd does not know $({name}) on this node: set {setting}") from None
+
+
+def pause_after(dependency: Dependency, *, ok: bool, default: float) -> float:
+    """Pure: how long after a check `dependency` is checked again: its `interval` when it answered, its
+    `failInterval` when it failed, `default` (--dependency-interval) for one it does not set."""
+    own = dependency.interval if ok else dependency.fail_interval
+    return default if own is None else own
+
+
 class DependencyStatus(TypedDict):
     name: str
     kind: str
     target: str
+    # The target this node checks: `target` with $(NODE_NAME) and $(NODE_IP) expanded (its user and
+    # password left out); null when this lockd lacks a variable it names.
+    checkedTarget: str | None
     timeoutSeconds: float
+    # How soon it is checked again while it answers, and while it fails (the policy's, or
+    # --dependency-interval).
+    intervalSeconds: float
+    failIntervalSeconds: float
     up: bool | None  # None: not checked yet
     error: str  # "" while it answers
     checkedAt: str | None  # RFC 3339, of the last check
     checkedSecondsAgo: float | None
 
 
+def _checked_target(dependency: Dependency, variables: Mapping[str, str]) -> str | None:
+    try:
+        expanded = node_target(dependency, variables)
+    except UnknownVariable:
+        return None
+    return dataclasses.replace(dependency, target=expanded).shown_target
+
+
 def dependency_status(
-    dependencies: Sequence[Dependency], results: Mapping[Dependency, Result], *, now: float
+    dependencies: Sequence[Dependency],
+    results: Mapping[Dependency, Result],
+    *,
+    now: float,
+    interval: float = 5.0,
+    variables: Mapping[str, str] | None = None,
 ) -> list[DependencyStatus]:
-    """Pure: each dependency of the node policy with its last result and when it was checked, for /status."""
+    """Pure: each dependency of the node policy with its last result and when it was checked, for /status;
+    `interval` is --dependency-interval, `variables` the node's (`node_variables`)."""
     shown: list[DependencyStatus] = []
     for dependency in dependencies:
         result = results.get(dependency)
@@ -129,7 +189,10 @@ def dependency_status(
                 "name": name_of(dependency),
                 "kind": dependency.kind,
                 "target": dependency.shown_target,
+                "checkedTarget": _checked_target(dependency, variables or {}),
                 "timeoutSeconds": dependency.timeout,
+                "intervalSeconds": pause_after(dependency, ok=True, default=interval),
+                "failIntervalSeconds": pause_after(dependency, ok=False, default=interval),
                 "up": None if result is None else result.ok,
                 "error": NOT_CHECKED if result is None else result.error,
                 "checkedAt": None if result is None else format_rfc3339(result.checked_wall),
@@ -156,9 +219,9 @@ def _os_error(err: OSError) -> str:
 # --- one check -------------------------------------------------------------------------------------------
 
 
-async def _check_tcp(dependency: Dependency) -> str:
+async def _check_tcp(target: str) -> str:
     """The connection is accepted, then closed at once: nothing is sent."""
-    host, port = parse_host_port(dependency.target, name="tcp")
+    host, port = parse_host_port(target, name="tcp")
     try:
         transport, _ = await asyncio.get_running_loop().create_connection(asyncio.Protocol, host, port)
     except socket.gaierror as err:
@@ -169,7 +232,7 @@ async def _check_tcp(dependency: Dependency) -> str:
     return ""
 
 
-async def _check_http(dependency: Dependency, session: aiohttp.ClientSession) -> str:
+async def _check_http(url: str, session: aiohttp.ClientSession) -> str:
     """GET the URL: a 2xx answers. The body is not read (only the status counts, and a dependency's answer
     costs lockd nothing however large), the connection is not kept (`Connection: close`: each check
     proves a new connection works, as a starting pod's would, and no pooled connection the server has
@@ -180,7 +243,7 @@ async def _check_http(dependency: Dependency, session: aiohttp.ClientSession) ->
     another service), and a health URL that redirects usually lands on a login or index page whose 200
     says nothing about health; the policy should name the final URL."""
     async with session.get(
-        dependency.target,
+        url,
         allow_redirects=False,
         headers={"User-Agent": f"stagger-lockd/{VERSION}", "Connection": "close"},
     ) as response:
@@ -214,16 +277,21 @@ async def check(
     dependency: Dependency,
     *,
     session: aiohttp.ClientSession,
+    variables: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
 ) -> Result:
-    """One check of `dependency`, within its timeout (the whole check, name resolution included)."""
+    """One check of `dependency` on this node (its `$(VAR)`s from `variables`, `node_variables`), within its
+    timeout (the whole check, name resolution included)."""
     try:
+        target = node_target(dependency, variables or {})
         async with asyncio.timeout(dependency.timeout):
             if dependency.kind == "tcp":
-                error = await _check_tcp(dependency)
+                error = await _check_tcp(target)
             else:
-                error = await _check_http(dependency, session)
+                error = await _check_http(target, session)
+    except UnknownVariable as err:
+        error = str(err)
     except TimeoutError:
         error = f"timed out after {format_duration(dependency.timeout)}"
     except aiohttp.ClientError as err:
@@ -247,11 +315,16 @@ class DependencyChecks:
         *,
         interval: float,
         metrics: Metrics,
+        variables: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.interval = interval
         self.metrics = metrics
+        # The node's $(NODE_NAME) and $(NODE_IP) (`node_variables`).
+        self.variables: Mapping[str, str] = dict(variables or {})
+        self._sleep = sleep
         self.clock = clock
         self.wall = wall
         self.results: dict[Dependency, Result] = {}
@@ -260,6 +333,12 @@ class DependencyChecks:
 
     def get(self) -> Mapping[Dependency, Result]:
         return self.results
+
+    def status(self, dependencies: Sequence[Dependency], *, now: float) -> list[DependencyStatus]:
+        """`dependency_status` of `dependencies` with this node's results, interval and variables."""
+        return dependency_status(
+            dependencies, self.results, now=now, interval=self.interval, variables=self.variables
+        )
 
     def want(self, dependencies: Sequence[Dependency]) -> None:
         """The node policy's dependencies (a reload, a relabel): checking starts at once for the new ones."""
@@ -296,7 +375,9 @@ class DependencyChecks:
     ) -> None:
         while True:
             try:
-                result = await check(dependency, session=session, clock=self.clock, wall=self.wall)
+                result = await check(
+                    dependency, session=session, variables=self.variables, clock=self.clock, wall=self.wall
+                )
             # A bug here must not end this dependency's checks (its last result would stay for good).
             except Exception as err:
                 logger.exception("checking dependency %s failed", name_of(dependency))
@@ -306,7 +387,7 @@ class DependencyChecks:
                     checked_wall=self.wall(),
                 )
             self.record(dependency, result, on_change=on_change)
-            await asyncio.sleep(self.interval)
+            await self._sleep(pause_after(dependency, ok=result.ok, default=self.interval))
 
     def record(self, dependency: Dependency, result: Result, *, on_change: Callable[[], None]) -> None:
         """Keeps a check's result; logs and calls `on_change` only when the dependency came up or went down

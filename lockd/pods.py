@@ -116,23 +116,28 @@ def other_starting(
     names: Names,
     exclude_namespaces: Iterable[str],
     holders: Iterable[tuple[str, str]],
+    workloads: bool = True,
+    daemonsets: bool = False,
 ) -> list[OtherStarting]:
-    """`countAllStarting`: pods that count against maxConcurrent besides slots, sorted by namespace/name.
+    """`countAllStarting` (`workloads`) and `countDaemonSets` (`daemonsets`): pods that count against
+    maxConcurrent besides slots, sorted by namespace/name.
 
     A pod not Ready and not finished counts, and so does a pod starting again after it ran: a container in
     CrashLoopBackOff (even while the pod's Ready condition has not caught up) or restarted and not ready
     yet. A restart costs a node what a first start costs (thundering-herd-scheduler counts them too).
     Pods that use stagger count through their slots only while they start for the first time (a stagger
     pod still waiting in its init container must not block itself); once they run, their slot is over,
-    and their restarts count like any other pod's. DaemonSet pods (node plumbing, which must never wait
-    behind workloads) and pods in excluded namespaces do not count.
+    and their restarts count like any other pod's. Pods in excluded namespaces do not count. DaemonSet pods
+    (node plumbing, which must never wait behind workloads) count only with `daemonsets` (as
+    thundering-herd-scheduler counts them), and the other pods only with `workloads`; a DaemonSet pod is
+    never held for it either way.
     """
     excluded = set(exclude_namespaces)
     held = set(holders)
     found = []
     for pod in pods:
         key = key_of(pod)
-        if key in held or key[0] in excluded or is_daemonset_pod(pod):
+        if key in held or key[0] in excluded or not (daemonsets if is_daemonset_pod(pod) else workloads):
             continue
         current = stage(pod)
         if current in ("finished", "deleted"):

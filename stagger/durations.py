@@ -2,6 +2,10 @@
 
 Arithmetic is done in `Decimal` on the shortest decimal spelling of each number, so that
 `parse_duration(format_duration(x)) == x` holds exactly and "0.1s" is not 0.1000000000000000055 s.
+
+A bound that may have no end (a staggering policy's `maxBlockedDuration`) also takes "never", read as
+`math.inf` (a float, so the smallest of several bounds is still `min`) and written back as "never":
+`parse_duration_or_never` and `format_duration_or_never`.
 """
 
 from __future__ import annotations
@@ -10,7 +14,16 @@ import math
 import re
 from decimal import Context, Decimal
 
-__all__ = ["DURATION_PATTERN", "ZERO_DURATION_PATTERN", "DurationError", "format_duration", "parse_duration"]
+__all__ = [
+    "DURATION_PATTERN",
+    "NEVER",
+    "ZERO_DURATION_PATTERN",
+    "DurationError",
+    "format_duration",
+    "format_duration_or_never",
+    "parse_duration",
+    "parse_duration_or_never",
+]
 
 _UNITS: dict[str, Decimal] = {
     "h": Decimal(3600),
@@ -31,6 +44,9 @@ ZERO_DURATION_PATTERN = r"(?:(?:0+(?:\.0+)?|\.0+)(?:ms|us|µs|ns|h|m|s))+"
 # Enough digits to hold any finite float exactly (the largest has 309 integer digits).
 _EXACT = Context(prec=800)
 _NOT_A_DURATION = "not a duration like 90s, 10m or 1h30m"
+NEVER = "never"
+"""The spelling of a bound without end, exactly (values keep their case, as the policy file's enums do)."""
+_NOT_A_DURATION_OR_NEVER = f"{_NOT_A_DURATION}, or {NEVER}"
 
 
 class DurationError(ValueError):
@@ -69,6 +85,17 @@ def parse_duration(value: object, *, path: str) -> float:
     return seconds
 
 
+def parse_duration_or_never(value: object, *, path: str) -> float:
+    """`parse_duration`, or math.inf for "never". Anything else that is not a duration says "never" is
+    allowed too; the other refusals (negative, too large) are `parse_duration`'s."""
+    if isinstance(value, str) and value == NEVER:
+        return math.inf
+    spelt = isinstance(value, str) and _WHOLE.fullmatch(value) is not None
+    if isinstance(value, bool) or not (spelt or isinstance(value, int | float)):
+        raise _fail(path, _NOT_A_DURATION_OR_NEVER, value)
+    return parse_duration(value, path=path)
+
+
 def _plain(number: Decimal) -> str:
     text = format(number, "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
@@ -92,3 +119,8 @@ def format_duration(seconds: float) -> str:
         _plain(amount) + unit for amount, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if amount != 0
     ]
     return "".join(parts)
+
+
+def format_duration_or_never(seconds: float) -> str:
+    """`format_duration`, or "never" for math.inf (/status too: a JSON number cannot be infinite)."""
+    return NEVER if seconds == math.inf else format_duration(seconds)

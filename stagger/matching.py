@@ -66,7 +66,9 @@ class Placement:
     `mode` is the first matched policy's mode. Policies that match the same pods should share a mode:
     a pod is held one way only, so a different mode of a later policy is ignored and `warnings` says so.
     `max_blocked_duration` is the smallest of the policies the pod waits for (non-bypassed), or of all
-    matched policies when it is bypassed in every one (it then waits for none of them).
+    matched policies when it is bypassed in every one (it then waits for none of them); math.inf when they
+    all say "never" (admission then keeps the init client at the controller's maxWait, and the group book
+    releases the pod after that: `stagger.groupbook.decisions`).
     """
 
     matches: tuple[PolicyMatch, ...]

@@ -72,10 +72,11 @@ class GateInputs:
     # how soon the answer can change.
     dependencies_down: Sequence[tuple[str, str]] = ()
     dependency_retry: float = 5.0
-    # countAllStarting: the other pods starting on the node, and the reason's text naming those starting
-    # again (`lockd.pods.restarts_named`).
+    # countAllStarting, countDaemonSets: the other pods starting on the node, the reason's text naming
+    # those starting again (`lockd.pods.restarts_named`), and the keys that count them.
     others_starting: int = 0
     others_restarting: str = ""
+    others_counted_by: str = "countAllStarting"
 
 
 NO_GATES = GateInputs()
@@ -177,7 +178,8 @@ class DependencyGate(NodeCheck):
 
 @dataclass(frozen=True)
 class ConcurrencyCheck(NodeCheck):
-    """maxConcurrent, counting with countAllStarting the other pods starting on the node."""
+    """maxConcurrent, counting with countAllStarting (countDaemonSets) the other (DaemonSet) pods starting
+    on the node."""
 
     name = "maxConcurrent"
     clears_by = "event"
@@ -200,7 +202,7 @@ class ConcurrencyCheck(NodeCheck):
                 allowed=False,
                 reason=(
                     f"{in_use} of {self.limit} slots in use: {facts.in_use} granted + {extra} other pods "
-                    f"starting{facts.gates.others_restarting} (maxConcurrent, countAllStarting)"
+                    f"starting{facts.gates.others_restarting} (maxConcurrent, {facts.gates.others_counted_by})"
                 ),
                 throttle="maxConcurrent",
                 retry_after=SLOT_RETRY_SECONDS,

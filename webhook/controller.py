@@ -107,6 +107,7 @@ def install(
     pacing = Pacing(
         names=app[ADMISSION].names,
         policies={p.name: p for p in app[ADMISSION].policies},
+        max_wait=app[ADMISSION].inject.max_wait,
         claim_confirm_timeout=app[SETTINGS].groups.claim_confirm_timeout,
         lapsed=lambda count: app[METRICS].claims_lapsed.inc(count),
     )

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stagger import pacers
-from stagger.durations import format_duration
+from stagger.durations import format_duration, format_duration_or_never
 from stagger.policy import PolicyFile, StaggeringPolicy
 from stagger.policywatch import PolicyWatcher
 from stagger.timestamps import format_rfc3339
@@ -28,7 +28,8 @@ def _policy_row(policy: StaggeringPolicy) -> dict[str, Any]:
         "mode": policy.mode if policy.mode != "evict" else f"evict (hold: {policy.hold})",
         "pacer": pacers.name(policy.pacer),
         "labelSelector": policy.label_selector.to_query(),
-        "maxBlockedDuration": format_duration(policy.max_blocked_duration),
+        # "never" for math.inf: a JSON number cannot be infinite.
+        "maxBlockedDuration": format_duration_or_never(policy.max_blocked_duration),
     }
     if policy.bypass_label_selector is not None:
         row["bypassLabelSelector"] = policy.bypass_label_selector.to_query()

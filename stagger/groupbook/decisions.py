@@ -1,5 +1,9 @@
 """The book's decisions, functions of the book, the policies and `now`: whether one pod may start now
-(`decide`), evict mode's admission (`admit`), and which held pods may go (`grantable`)."""
+(`decide`), evict mode's admission (`admit`), and which held pods may go (`grantable`).
+
+A policy whose maxBlockedDuration is "never" (math.inf) holds its pods until their group grants them, but
+not for ever: such a pod is released after `max_wait`, the controller's maxWait (the bound its init client
+is given at admission), so that a held pod nobody runs an init client for (evict mode) is not stuck."""
 
 from __future__ import annotations
 
@@ -25,27 +29,59 @@ from stagger.groupbook.records import (
 from stagger.matching import Pair
 from stagger.policy import StaggeringPolicy
 
-__all__ = ["NOTHING", "PairGrants", "admit", "decide", "grantable", "paced_in_full", "pair_grants", "unpaced"]
+__all__ = [
+    "DEFAULT_MAX_WAIT",
+    "NOTHING",
+    "PairGrants",
+    "admit",
+    "decide",
+    "grantable",
+    "paced_in_full",
+    "pair_grants",
+    "unpaced",
+]
+
+# The controller's maxWait without node policies (webhook.admission.max_wait_for's default): the bound of
+# a "never" policy's pods when the caller gives none.
+DEFAULT_MAX_WAIT = 600.0
 
 
-def _max_blocked(record: PodRecord, policies: Mapping[str, StaggeringPolicy]) -> tuple[float, str] | None:
-    """The smallest maxBlockedDuration of the policies the pod waits for, and that policy's name."""
+def _held_at_most(policy: StaggeringPolicy, *, max_wait: float) -> float:
+    """How long `policy` holds a pod: its maxBlockedDuration, or `max_wait` when that is "never"."""
+    return policy.max_blocked_duration if math.isfinite(policy.max_blocked_duration) else max_wait
+
+
+def _max_blocked(
+    record: PodRecord, policies: Mapping[str, StaggeringPolicy], *, max_wait: float
+) -> tuple[float, str] | None:
+    """The shortest hold of the policies the pod waits for (`_held_at_most`), and what sets it."""
     known = [policies[policy] for policy, _ in record.pacer_groups if policy in policies]
     if not known:
         return None
-    smallest = min(known, key=lambda policy: policy.max_blocked_duration)
-    return smallest.max_blocked_duration, smallest.name
+    smallest = min(known, key=lambda policy: _held_at_most(policy, max_wait=max_wait))
+    bound = _held_at_most(smallest, max_wait=max_wait)
+    if math.isfinite(smallest.max_blocked_duration):
+        return bound, f"maxBlockedDuration {_seconds(bound)} ({smallest.name})"
+    return bound, f"the controller's maxWait {_seconds(bound)} ({smallest.name}: maxBlockedDuration never)"
 
 
 def _seconds(value: float) -> str:
     return format_duration(round(max(value, 0.0), 1))
 
 
-def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: PodKey, now: float) -> Decision:
+def decide(
+    book: GroupBook,
+    *,
+    policies: Mapping[str, StaggeringPolicy],
+    key: PodKey,
+    now: float,
+    max_wait: float = DEFAULT_MAX_WAIT,
+) -> Decision:
     """May the pod `key` start now? Does not reserve: on a grant the caller calls `book.reserve(key)`.
 
     `policies` maps policy names to the current staggering policies; a pair whose policy is no longer in
-    the file does not limit (its pods are not held back by a policy nobody can see any more)."""
+    the file does not limit (its pods are not held back by a policy nobody can see any more). `max_wait`:
+    the hold of a "never" policy (see the module)."""
     book.expire(now)
     record = book.get(key)
     if record is None:
@@ -75,14 +111,11 @@ def decide(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], key: Po
     if record.bypassed:
         return Decision(granted=True, reason="bypassed in every policy", retry_after=0.0, basis="bypassed")
     held_for = now - record.created
-    blocked = _max_blocked(record, policies)
+    blocked = _max_blocked(record, policies, max_wait=max_wait)
     if blocked is not None and held_for >= blocked[0]:
         return Decision(
             granted=True,
-            reason=(
-                f"held {_seconds(held_for)} >= maxBlockedDuration {_seconds(blocked[0])} ({blocked[1]}): "
-                "released regardless"
-            ),
+            reason=f"held {_seconds(held_for)} >= {blocked[1]}: released regardless",
             retry_after=0.0,
             basis="maxBlocked",
         )
@@ -219,8 +252,16 @@ class PairGrants:
 NOTHING = PairGrants(admitted=(), released=(), due=None)
 
 
-def pair_grants(book: GroupBook, pair: Pair, *, policy: StaggeringPolicy | None, now: float) -> PairGrants:
-    """`PairGrants` of one pair (call `book.expire(now)` first). Costs O(room + released + log n)."""
+def pair_grants(
+    book: GroupBook,
+    pair: Pair,
+    *,
+    policy: StaggeringPolicy | None,
+    now: float,
+    max_wait: float = DEFAULT_MAX_WAIT,
+) -> PairGrants:
+    """`PairGrants` of one pair (call `book.expire(now)` first); `max_wait`: the hold of a "never" policy.
+    Costs O(room + released + log n)."""
     state = book._pairs.get(pair)
     if state is None or not state.waiting:
         return NOTHING
@@ -233,11 +274,12 @@ def pair_grants(book: GroupBook, pair: Pair, *, policy: StaggeringPolicy | None,
         limit = pacers.room(policy.pacer, ready=counts.ready, starting=counts.starting)
         # A pod's own maxBlockedDuration is the smallest of its policies', so whatever has been held
         # this policy's long is released, and every released pod is found in the queue of the
-        # policy whose deadline it passed.
-        deadline = now - policy.max_blocked_duration
+        # policy whose deadline it passed. ("never" is max_wait here and in `decide` alike.)
+        held_at_most = _held_at_most(policy, max_wait=max_wait)
+        deadline = now - held_at_most
         for created, key in state.waiting:
             if created > deadline:
-                due = created + policy.max_blocked_duration
+                due = created + held_at_most
                 break
             if key not in reservations:
                 released.append(key)
@@ -270,7 +312,13 @@ def paced_in_full(book: GroupBook, key: PodKey, *, admitting: int) -> bool:
     return record is not None and bool(record.pacer_groups) and admitting == len(record.pacer_groups)
 
 
-def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now: float) -> list[PodKey]:
+def grantable(
+    book: GroupBook,
+    *,
+    policies: Mapping[str, StaggeringPolicy],
+    now: float,
+    max_wait: float = DEFAULT_MAX_WAIT,
+) -> list[PodKey]:
     """Every waiting pod that `decide` would grant now, oldest first (the gate-mode reconciler removes
     the gates of the gated ones). Does not reserve: reserve each pod you act on. Recomputes every pair:
     `GrantableIndex` keeps the same answer up to date pair by pair.
@@ -284,7 +332,7 @@ def grantable(book: GroupBook, *, policies: Mapping[str, StaggeringPolicy], now:
     chosen = unpaced(book)
     admitted: dict[PodKey, int] = {}
     for pair in book._pairs:
-        grants = pair_grants(book, pair, policy=policies.get(pair[0]), now=now)
+        grants = pair_grants(book, pair, policy=policies.get(pair[0]), now=now, max_wait=max_wait)
         chosen.update(grants.released)
         for key in grants.admitted:
             admitted[key] = admitted.get(key, 0) + 1

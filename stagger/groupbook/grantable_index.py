@@ -17,7 +17,14 @@ import heapq
 from collections.abc import Mapping
 
 from stagger.groupbook.book import GroupBook
-from stagger.groupbook.decisions import NOTHING, PairGrants, paced_in_full, pair_grants, unpaced
+from stagger.groupbook.decisions import (
+    DEFAULT_MAX_WAIT,
+    NOTHING,
+    PairGrants,
+    paced_in_full,
+    pair_grants,
+    unpaced,
+)
 from stagger.groupbook.records import PodKey
 from stagger.matching import Pair
 from stagger.policy import StaggeringPolicy
@@ -61,9 +68,11 @@ class GrantableIndex:
         policies: Mapping[str, StaggeringPolicy],
         now: float,
         everything: bool = False,
+        max_wait: float = DEFAULT_MAX_WAIT,
     ) -> set[PodKey]:
         """Recompute the pairs the book changed since the last update and those due by `now` (every pair
-        with `everything`: after the policies changed). Returns the pods that became grantable."""
+        with `everything`: after the policies or `max_wait`, the hold of a "never" policy, changed).
+        Returns the pods that became grantable."""
         book.expire(now)
         pairs, touched = book.take_changed()  # a pod's pairs may change while each pair's answer stays
         if everything:
@@ -74,7 +83,9 @@ class GrantableIndex:
                 del self._due[pair]
                 pairs.add(pair)
         for pair in pairs:
-            self._recompute(book, pair, policy=policies.get(pair[0]), now=now, touched=touched)
+            self._recompute(
+                book, pair, policy=policies.get(pair[0]), now=now, touched=touched, max_wait=max_wait
+            )
         became: set[PodKey] = set()
         if touched:
             self._sorted = None  # a pod's creation time may have changed (recreated under its name)
@@ -104,9 +115,10 @@ class GrantableIndex:
         policy: StaggeringPolicy | None,
         now: float,
         touched: set[PodKey],
+        max_wait: float,
     ) -> None:
         old = self._pairs.pop(pair, NOTHING)
-        new = pair_grants(book, pair, policy=policy, now=now)
+        new = pair_grants(book, pair, policy=policy, now=now, max_wait=max_wait)
         if new is not NOTHING:
             self._pairs[pair] = new
         for counter, before, after in (

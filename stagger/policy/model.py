@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from stagger.selectors import LabelSelector
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_NODE_POLICY",
+    "NODE_VARIABLES",
+    "DaemonSetFilter",
     "Dependency",
     "DependencyKind",
     "ExponentialPacer",
@@ -38,7 +41,9 @@ __all__ = [
     "ThrottleConfig",
     "compile_grouping",
     "describe_node_policy",
+    "expand_target",
     "select_node_policy",
+    "target_variables",
 ]
 
 
@@ -103,16 +108,58 @@ class ThrottleConfig:
 
 DependencyKind = Literal["http", "tcp"]
 
+NODE_VARIABLES: Final = ("NODE_NAME", "NODE_IP")
+"""The `$(VAR)` references a dependency's target may hold, in Kubernetes' own spelling (pod-startup-lock's
+`--check http://$(HOST_IP):9999` is expanded by the kubelet; a policy file is not, so lockd expands these)."""
+
+_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def target_variables(target: str) -> list[str]:
+    """The `$(VAR)` names in `target`, in order (a `$(` not followed by a name and `)` is plain text, as
+    Kubernetes leaves it)."""
+    return _VARIABLE.findall(target)
+
+
+def _authority_end(target: str, *, kind: DependencyKind) -> int:
+    """Where the host:port part of `target` ends: all of a tcp target; a URL's up to its path."""
+    if kind == "tcp":
+        return len(target)
+    start = target.find("://")
+    start = 0 if start < 0 else start + 3
+    ends = [i for i in (target.find(c, start) for c in "/?#") if i >= 0]
+    return min(ends, default=len(target))
+
+
+def expand_target(target: str, *, kind: DependencyKind, variables: Mapping[str, str]) -> str:
+    """`target` with each `$(VAR)` replaced by `variables[VAR]`; an IPv6 `$(NODE_IP)` in the host part is
+    put in brackets (unless written in them), so `http://$(NODE_IP):9999` works on an IPv6 node too.
+    Raises KeyError naming a variable `variables` lacks."""
+    host_end = _authority_end(target, kind=kind)
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        found = variables[name]
+        in_host = match.start() < host_end and not target[: match.start()].endswith("[")
+        return f"[{found}]" if name == "NODE_IP" and ":" in found and in_host else found
+
+    return _VARIABLE.sub(value, target)
+
 
 @dataclass(frozen=True)
 class Dependency:
     """Something that must answer before lockd grants any slot on the node (pod-startup-lock's "additional
-    endpoint check"): `http`, a URL that must answer 2xx; `tcp`, a HOST:PORT that must accept."""
+    endpoint check"): `http`, a URL that must answer 2xx; `tcp`, a HOST:PORT that must accept. The target
+    may hold `$(NODE_NAME)` and `$(NODE_IP)` (`NODE_VARIABLES`), which each node's lockd expands."""
 
     kind: DependencyKind
     target: str
     # How long one check may take before it counts as failed.
     timeout: float = 2.0
+    # How soon a dependency that answered is checked again (pod-startup-lock's --passHc), and one that
+    # failed (--failHc); None: lockd's --dependency-interval.
+    interval: float | None = None
+    fail_interval: float | None = None
 
     @property
     def shown_target(self) -> str:
@@ -123,6 +170,59 @@ class Dependency:
         if "@" not in parts.netloc:
             return self.target
         return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _entry_matches(entry: str, *, namespace: str, name: str, labels: Mapping[str, str] | None) -> bool | None:
+    """One `include`/`exclude` entry against a DaemonSet: `label:value` (k8s-health's --in/--ex) against its
+    labels (None: unknown), else `name` or `namespace/name`."""
+    key, colon, value = entry.partition(":")
+    if colon:
+        return None if labels is None else labels.get(key) == value
+    entry_namespace, slash, entry_name = entry.rpartition("/")
+    return entry_name == name and (not slash or entry_namespace == namespace)
+
+
+@dataclass(frozen=True)
+class DaemonSetFilter:
+    """Which DaemonSets `waitForDaemonSets` waits for (k8s-health's --hostNet, --namespace, --in, --ex);
+    the default, all of them. `include` and `exclude` entries are a DaemonSet's `name` or `namespace/name`,
+    or a `label:value` of its own labels. A DaemonSet is waited for when its pods use the host network (with
+    `host_network`), it is in one of `namespaces` (when any), it has every `include` label and one of the
+    `include` names (each kind when any), and no `exclude` entry matches it (one label is enough, as --ex)."""
+
+    host_network: bool = False
+    namespaces: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def chooses_all(self) -> bool:
+        return self == _ALL_DAEMONSETS
+
+    @property
+    def reads_labels(self) -> bool:
+        return any(":" in entry for entry in (*self.include, *self.exclude))
+
+    def chooses(
+        self, *, namespace: str, name: str, labels: Mapping[str, str] | None, host_network: bool
+    ) -> bool:
+        """Is this DaemonSet waited for? `labels` None: not known (a DaemonSet not listed yet): its label
+        entries neither include nor exclude it, so a pod of it is waited for until they can be read."""
+        if (self.host_network and not host_network) or (self.namespaces and namespace not in self.namespaces):
+            return False
+
+        def matches(entry: str) -> bool | None:
+            return _entry_matches(entry, namespace=namespace, name=name, labels=labels)
+
+        if any(matches(entry) for entry in self.exclude):
+            return False
+        names = [entry for entry in self.include if ":" not in entry]
+        if names and not any(matches(entry) for entry in names):
+            return False
+        return all(matches(entry) is not False for entry in self.include if ":" in entry)
+
+
+_ALL_DAEMONSETS: Final = DaemonSetFilter()
 
 
 @dataclass(frozen=True)
@@ -149,6 +249,11 @@ class NodePolicy:
     # the slot ends at the Ready condition as before (lockd/podprobes.py).
     probe_readiness: bool = True
     probe_period: float = 0.5
+    # Which DaemonSets waitForDaemonSets waits for (the default: all).
+    daemonsets: DaemonSetFilter = _ALL_DAEMONSETS
+    # DaemonSet pods starting on the node count against maxConcurrent (as countAllStarting counts other
+    # pods; thundering-herd-scheduler counts them). Never held either way.
+    count_daemonsets: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,6 +320,7 @@ class StaggeringPolicy:
     bypass_label_selector: LabelSelector | None = None
     grouping_expression: str | None = None
     grouping: JSONPath | None = field(default=None, compare=False, repr=False)
+    # math.inf: "never" (held until its group grants it; the controller's maxWait still bounds the wait).
     max_blocked_duration: float = 600.0
     start_timeout: float = 300.0
     mode: Mode = "lock"
@@ -292,13 +398,33 @@ def describe_node_policy(policy: NodePolicy, *, cores: int) -> dict[str, Any]:
         "minHoldSeconds": policy.min_hold,
         "maxWaitSeconds": policy.max_wait,
         "countAllStarting": policy.count_all_starting,
+        "countDaemonSets": policy.count_daemonsets,
         "waitForDaemonSets": policy.wait_for_daemonsets,
+        "daemonSets": _describe_daemonsets(policy.daemonsets),
         "excludeNamespaces": list(policy.exclude_namespaces),
         "maxQueue": policy.max_queue,
         "probeReadiness": policy.probe_readiness,
         "probePeriodSeconds": policy.probe_period,
-        "dependencies": [
-            {"kind": dependency.kind, "target": dependency.shown_target, "timeoutSeconds": dependency.timeout}
-            for dependency in policy.dependencies
-        ],
+        "dependencies": [_describe_dependency(dependency) for dependency in policy.dependencies],
+    }
+
+
+def _describe_daemonsets(chosen: DaemonSetFilter) -> dict[str, Any]:
+    return {
+        "hostNetwork": chosen.host_network,
+        "namespaces": list(chosen.namespaces),
+        "include": list(chosen.include),
+        "exclude": list(chosen.exclude),
+    }
+
+
+def _describe_dependency(dependency: Dependency) -> dict[str, Any]:
+    # The intervals as the file sets them: null is lockd's --dependency-interval (/status's `dependencies`
+    # shows the ones in force).
+    return {
+        "kind": dependency.kind,
+        "target": dependency.shown_target,
+        "timeoutSeconds": dependency.timeout,
+        "intervalSeconds": dependency.interval,
+        "failIntervalSeconds": dependency.fail_interval,
     }

@@ -13,8 +13,9 @@ import dataclasses
 import logging
 from typing import Any
 
-from stagger.durations import format_duration
+from stagger.durations import format_duration, format_duration_or_never
 from stagger.policy.model import (
+    DaemonSetFilter,
     Dependency,
     ExponentialPacer,
     LinearPacer,
@@ -104,9 +105,13 @@ def _staggering(policy: StaggeringPolicy) -> dict[str, Any]:
         # An empty bypass selector is not no bypass selector: it bypasses every pod.
         document["bypassLabelSelector"] = selector_document(policy.bypass_label_selector)
     _put(document, "groupingExpression", policy.grouping_expression, default=None)
-    for key, attr in (("maxBlockedDuration", "max_blocked_duration"), ("startTimeout", "start_timeout")):
+    # Only maxBlockedDuration may be "never": an infinite startTimeout is refused by format_duration.
+    for key, attr, show in (
+        ("maxBlockedDuration", "max_blocked_duration", format_duration_or_never),
+        ("startTimeout", "start_timeout", format_duration),
+    ):
         value = getattr(policy, attr)
-        _put(document, key, value, default=_default(cls, attr), shown=format_duration(value))
+        _put(document, key, value, default=_default(cls, attr), shown=show(value))
     _put(document, "mode", policy.mode, default=_default(cls, "mode"))
     _put(document, "hold", policy.hold, default=_default(cls, "hold"))
     document["pacer"] = _pacer(policy.pacer)
@@ -153,8 +158,20 @@ def _throttle(throttle: ThrottleConfig) -> dict[str, Any]:
 
 def _dependency(dependency: Dependency) -> dict[str, Any]:
     document: dict[str, Any] = {dependency.kind: dependency.target}
-    default = _default(Dependency, "timeout")
-    _put(document, "timeout", dependency.timeout, default=default, shown=format_duration(dependency.timeout))
+    for key, attr in (("timeout", "timeout"), ("interval", "interval"), ("failInterval", "fail_interval")):
+        value = getattr(dependency, attr)
+        default = _default(Dependency, attr)
+        if value != default:
+            document[key] = format_duration(value)
+    return document
+
+
+def _daemonsets(chosen: DaemonSetFilter) -> dict[str, Any]:
+    """`daemonSets`, each filter only when set (the default chooses every DaemonSet)."""
+    document: dict[str, Any] = {}
+    _put(document, "hostNetwork", chosen.host_network, default=False)
+    for key in ("namespaces", "include", "exclude"):
+        _put(document, key, getattr(chosen, key), default=(), shown=[*getattr(chosen, key)])
     return document
 
 
@@ -193,6 +210,9 @@ def _node(policy: NodePolicy) -> dict[str, Any]:
         policy.wait_for_daemonsets,
         default=_default(cls, "wait_for_daemonsets"),
     )
+    if daemonsets := _daemonsets(policy.daemonsets):
+        document["daemonSets"] = daemonsets
+    _put(document, "countDaemonSets", policy.count_daemonsets, default=_default(cls, "count_daemonsets"))
     _put(document, "maxQueue", policy.max_queue, default=None)
     _put(document, "probeReadiness", policy.probe_readiness, default=_default(cls, "probe_readiness"))
     if policy.dependencies:

@@ -18,7 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stagger.durations import DURATION_PATTERN, ZERO_DURATION_PATTERN, DurationError, parse_duration
+from stagger.durations import (
+    DURATION_PATTERN,
+    NEVER,
+    ZERO_DURATION_PATTERN,
+    DurationError,
+    parse_duration,
+    parse_duration_or_never,
+)
 from stagger.objectnames import DNS1123_LABEL_MAX, is_dns1123_label
 
 __all__ = [
@@ -192,15 +199,20 @@ def number(
     return Rule(check, schema)
 
 
-def duration(*, allow_zero: bool = False) -> Rule:
+def duration(*, allow_zero: bool = False, allow_never: bool = False) -> Rule:
+    """A duration in seconds; with `allow_never`, also "never" (math.inf: a bound without end)."""
+    parse = parse_duration_or_never if allow_never else parse_duration
+    # Zero is no limit to straggler (whose files stagger reads): say how stagger spells that.
+    too_short = "must be longer than 0s, or never for no limit" if allow_never else "must be longer than 0s"
+
     def check(value: object, path: str, found: Findings) -> Any:
         try:
-            seconds = parse_duration(value, path=path)
+            seconds = parse(value, path=path)
         except DurationError as problem:
             found.errors.append(str(problem))
             return None
         if seconds == 0 and not allow_zero:
-            return error(found, path, "must be longer than 0s", value)
+            return error(found, path, too_short, value)
         return seconds
 
     text: dict[str, Any] = {"type": "string", "pattern": f"^{DURATION_PATTERN}$"}
@@ -210,7 +222,8 @@ def duration(*, allow_zero: bool = False) -> Rule:
     number_schema = (
         {"type": "number", "minimum": 0} if allow_zero else {"type": "number", "exclusiveMinimum": 0}
     )
-    return Rule(check, {"anyOf": [text, number_schema]})
+    never = [{"enum": [NEVER]}] if allow_never else []
+    return Rule(check, {"anyOf": [text, number_schema, *never]})
 
 
 def _check_boolean(value: object, path: str, found: Findings) -> Any:

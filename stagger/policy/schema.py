@@ -10,8 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
+from stagger.objectnames import is_dns1123_label, is_dns1123_subdomain
 from stagger.policy.model import (
+    NODE_VARIABLES,
+    DaemonSetFilter,
     Dependency,
+    DependencyKind,
     ExponentialPacer,
     Hold,
     LinearPacer,
@@ -26,8 +30,11 @@ from stagger.policy.model import (
     StaggeringPolicy,
     ThrottleConfig,
     compile_grouping,
+    expand_target,
+    target_variables,
 )
 from stagger.policy.rules import (
+    DNS_LABEL_SPELLED,
     Findings,
     Key,
     Rule,
@@ -44,7 +51,7 @@ from stagger.policy.rules import (
     one_of,
     single,
 )
-from stagger.selectors import parse_label_selector
+from stagger.selectors import label_key_problem, label_value_problem, parse_label_selector
 
 __all__ = [
     "NOT_A_POLICY_MAPPING",
@@ -196,10 +203,27 @@ def _host_port_problem(text: str) -> str | None:
     return None if len(host) <= 253 and _HOSTNAME.fullmatch(host) else "must have a host name or an address"
 
 
+# What `$(NODE_NAME)` and `$(NODE_IP)` stand for while a target is checked at load: each node's lockd
+# expands them with its own (lockd.dependencies); a target that is no URL or address with these is refused
+# here, not on every node. Never connected to.
+_PLACEHOLDERS: Mapping[str, str] = {"NODE_NAME": "node-name.example", "NODE_IP": "192.0.2.1"}
+
+
+def _unknown_variables(value: str, path: str, found: Findings, *, shown: str) -> bool:
+    """Adds an error naming each `$(VAR)` of `value` that is not a node variable; True when there was one."""
+    unknown = [name for name in target_variables(value) if name not in NODE_VARIABLES]
+    for name in dict.fromkeys(unknown):
+        known = " and ".join(f"$({each})" for each in NODE_VARIABLES)
+        error(found, path, f"has an unknown variable $({name}); a target may use {known}", shown)
+    return bool(unknown)
+
+
 def _check_tcp(value: object, path: str, found: Findings) -> Any:
     if not isinstance(value, str):
         return error(found, path, "must be HOST:PORT like db.example:5432", value)
-    if problem := _host_port_problem(value):
+    if _unknown_variables(value, path, found, shown=value):
+        return None
+    if problem := _host_port_problem(expand_target(value, kind="tcp", variables=_PLACEHOLDERS)):
         return error(found, path, problem, value)
     return value
 
@@ -214,8 +238,11 @@ def _check_http(value: object, path: str, found: Findings) -> Any:
     if not isinstance(value, str) or any(c.isspace() or not c.isprintable() for c in value):
         shown = _redacted(value) if isinstance(value, str) else value
         return error(found, path, "must be a URL like http://db.example:8080/ready", shown)
+    if _unknown_variables(value, path, found, shown=_redacted(value)):
+        return None
+    url = expand_target(value, kind="http", variables=_PLACEHOLDERS)
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(url)
         port = parts.port  # raises ValueError for a port past 65535 or not a number
     except ValueError:
         return error(found, path, "must be a URL with a port from 1 to 65535", _redacted(value))
@@ -226,11 +253,20 @@ def _check_http(value: object, path: str, found: Findings) -> Any:
     return value
 
 
-def _dependency(*, http: str | None = None, tcp: str | None = None, timeout: float = 2.0) -> Dependency:
-    if http is not None:
-        return Dependency(kind="http", target=http, timeout=timeout)
-    assert tcp is not None  # _one_target checked it
-    return Dependency(kind="tcp", target=tcp, timeout=timeout)
+def _dependency(
+    *,
+    http: str | None = None,
+    tcp: str | None = None,
+    timeout: float = 2.0,
+    interval: float | None = None,
+    fail_interval: float | None = None,
+) -> Dependency:
+    kind: DependencyKind = "http" if http is not None else "tcp"
+    target = http if http is not None else tcp
+    assert target is not None  # _one_target checked it
+    return Dependency(
+        kind=kind, target=target, timeout=timeout, interval=interval, fail_interval=fail_interval
+    )
 
 
 def _one_target(parsed: Mapping[str, Any]) -> str | None:
@@ -250,10 +286,47 @@ _DEPENDENCY = mapping(
             Rule(_check_tcp, {"type": "string", "pattern": r"^([^:\[\]\s]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$"}),
         ),
         Key("timeout", "timeout", duration()),
+        Key("interval", "interval", duration()),
+        Key("failInterval", "fail_interval", duration()),
     ],
     _dependency,
     rule=_one_target,
     rule_schema={"oneOf": [has_key("http"), has_key("tcp")]},
+)
+
+
+def _daemonset_entry_problem(entry: str) -> str | None:
+    """Why `entry` names no DaemonSet (`name`, `namespace/name`) and no label (`label:value`), or None."""
+    key, colon, value = entry.partition(":")
+    if colon:
+        return label_key_problem(key) or label_value_problem(value)
+    namespace, slash, name = entry.rpartition("/")
+    if slash and not is_dns1123_label(namespace):
+        return f"must have a namespace of {DNS_LABEL_SPELLED} before the /"
+    if not is_dns1123_subdomain(name):
+        return "must be a DaemonSet's name (a lowercase DNS subdomain), namespace/name or label:value"
+    return None
+
+
+def _check_daemonset_entry(value: object, path: str, found: Findings) -> Any:
+    if not isinstance(value, str):
+        return error(found, path, "must be a DaemonSet's name, namespace/name or label:value", value)
+    if problem := _daemonset_entry_problem(value):
+        return error(found, path, problem, value)
+    return value
+
+
+_DAEMONSET_ENTRY = Rule(_check_daemonset_entry, {"type": "string", "minLength": 1})
+
+# waitForDaemonSets' choice of DaemonSets: k8s-health's --hostNet, --namespace, --in and --ex.
+_DAEMONSETS = mapping(
+    [
+        Key("hostNetwork", "host_network", boolean),
+        Key("namespaces", "namespaces", list_of(dns_label)),
+        Key("include", "include", list_of(_DAEMONSET_ENTRY)),
+        Key("exclude", "exclude", list_of(_DAEMONSET_ENTRY)),
+    ],
+    DaemonSetFilter,
 )
 
 
@@ -268,6 +341,8 @@ _NODE_POLICY = mapping(
         Key("countAllStarting", "count_all_starting", boolean),
         Key("excludeNamespaces", "exclude_namespaces", list_of(dns_label)),
         Key("waitForDaemonSets", "wait_for_daemonsets", boolean),
+        Key("daemonSets", "daemonsets", _DAEMONSETS),
+        Key("countDaemonSets", "count_daemonsets", boolean),
         Key("maxWait", "max_wait", duration()),
         Key("unreachableWait", "unreachable_wait", duration()),
         Key("maxQueue", "max_queue", integer(minimum=1)),
@@ -319,7 +394,7 @@ _STAGGERING_POLICY = mapping(
         Key("labelSelector", "label_selector", _selector, required=True),
         Key("bypassLabelSelector", "bypass_label_selector", _selector),
         Key("groupingExpression", "grouping_expression", _grouping_expression),
-        Key("maxBlockedDuration", "max_blocked_duration", duration()),
+        Key("maxBlockedDuration", "max_blocked_duration", duration(allow_never=True)),
         Key("startTimeout", "start_timeout", duration()),
         Key("mode", "mode", one_of(*get_args(Mode))),
         Key("hold", "hold", one_of(*get_args(Hold))),

@@ -1,11 +1,14 @@
 """The group book's counts and grant decisions (stagger.groupbook): counts kept on upsert/remove,
 startTimeout, reservations (counted, idempotent, ended by the pod's grant or after 60 s, not carried to a
 recreated pod), decide in every case with its reason, grantable (the seed's "4 start, then 16, then all",
-oldest first, head of line across pairs, maxBlockedDuration, bypass), and the memory of 10,000 pods."""
+oldest first, head of line across pairs, maxBlockedDuration, bypass), a policy of maxBlockedDuration
+"never" holding its pods for the controller's maxWait (in `decide`, `grantable` and the index alike, and
+never longer than a finite bound of the pod's other policies), and the memory of 10,000 pods."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tracemalloc
 
 import pytest
@@ -293,6 +296,58 @@ def test_grantable_includes_bypassed_and_long_held_pods() -> None:
     )
     keys = groupbook.grantable(book, policies=POLICIES, now=T0)
     assert keys == [("shop", "held-long"), ("shop", "bypassed")]
+
+
+NEVER = staggering("straggler", MaxConcurrentPacer(value=1), max_blocked=math.inf)
+NEVER_PAIR = ("straggler", "")
+
+
+def never_book(*pairs: tuple[str, str]) -> GroupBook:
+    """A pod held since T0, behind one that started at T0 + 1000 (starting until T0 + 1300)."""
+    return book_of(pod("busy", held=False, granted_at=T0 + 1000, pairs=pairs), pod("a", pairs=pairs))
+
+
+def test_never_holds_until_the_controllers_max_wait() -> None:
+    policies = {NEVER.name: NEVER}
+    book = never_book(NEVER_PAIR)
+    held = groupbook.decide(book, policies=policies, key=("shop", "a"), now=T0 + 1199, max_wait=1200.0)
+    assert (held.granted, held.retry_after) == (False, 1.0)  # asks again when its maxWait ends
+    assert groupbook.grantable(book, policies=policies, now=T0 + 1199, max_wait=1200.0) == []
+    assert groupbook.decide(book, policies=policies, key=("shop", "a"), now=T0 + 1200, max_wait=1200.0) == (
+        groupbook.Decision(
+            granted=True,
+            reason="held 20m >= the controller's maxWait 20m (straggler: maxBlockedDuration never): "
+            "released regardless",
+            retry_after=0.0,
+            basis="maxBlocked",
+        )
+    )
+    assert groupbook.grantable(book, policies=policies, now=T0 + 1200, max_wait=1200.0) == [("shop", "a")]
+
+
+def test_never_without_a_bound_given_is_the_default_max_wait() -> None:
+    policies = {NEVER.name: NEVER}
+    book = never_book(NEVER_PAIR)
+    assert groupbook.decide(book, policies=policies, key=("shop", "a"), now=T0 + 599).basis == "denied"
+    assert groupbook.decide(book, policies=policies, key=("shop", "a"), now=T0 + 600).basis == "maxBlocked"
+
+
+def test_never_and_a_finite_bound_release_at_the_finite_one() -> None:
+    policies = {NEVER.name: NEVER, PER_NODE.name: PER_NODE}  # per-node: maxBlockedDuration 1m
+    book = never_book(NEVER_PAIR, NODE)
+    decision = groupbook.decide(book, policies=policies, key=("shop", "a"), now=T0 + 60, max_wait=1200.0)
+    assert decision.reason == "held 1m >= maxBlockedDuration 1m (per-node): released regardless"
+    assert groupbook.grantable(book, policies=policies, now=T0 + 60, max_wait=1200.0) == [("shop", "a")]
+
+
+def test_the_index_is_due_at_the_controllers_max_wait_for_never() -> None:
+    # A "never" pair has a finite due time: the release does not wait for some unrelated change.
+    policies = {NEVER.name: NEVER}
+    book = never_book(NEVER_PAIR)
+    index = groupbook.GrantableIndex()
+    assert index.update(book, policies=policies, now=T0 + 1, max_wait=900.0) == set()
+    assert index.next_due() == T0 + 900
+    assert index.update(book, policies=policies, now=T0 + 900, max_wait=900.0) == {("shop", "a")}
 
 
 def test_ten_thousand_pods_fit_in_a_few_megabytes() -> None:

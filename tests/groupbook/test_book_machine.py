@@ -5,8 +5,9 @@ deleted or recreated, while the clock moves.
 Checked against a brute-force model after every step: the counts of every pair (kept incrementally by the
 book) equal a recount of every record; no pair is left behind empty. At every grant: a paced grant had
 room in each of its pairs and was among the oldest `room` waiting pods there, so a pair's Ready + starting
-never goes over its pacer's allowance because of paced grants; pods released by maxBlockedDuration or
-bypass are the only ones that may go over, and are counted separately. `grantable` returns exactly the
+never goes over its pacer's allowance because of paced grants; pods released by maxBlockedDuration (for
+a policy of "never", the controller's maxWait) or bypass are the only ones that may go over, and are
+counted separately. `grantable` returns exactly the
 pods the model says may go, and `decide` agrees with it. After every step `GrantableIndex`, kept up to date
 pair by pair (changed pairs, and those due by time alone), holds the same pods as `grantable` recomputed
 over every pair, and its update names every pod that became grantable."""
@@ -35,8 +36,11 @@ POLICIES = {
         staggering("expo", ExponentialPacer(2, 2.0, 6), max_blocked=400, start_timeout=100),
         staggering("lin", LinearPacer(step=1, max_stagger=3), max_blocked=250, start_timeout=150),
         staggering("conc", MaxConcurrentPacer(value=2), max_blocked=1000, start_timeout=300),
+        staggering("never", MaxConcurrentPacer(value=1), max_blocked=math.inf, start_timeout=200),
     )
 }
+# The controller's maxWait: how long the "never" policy holds a pod at most.
+MAX_WAIT = 500.0
 START_TIMEOUTS = {name: policy.start_timeout for name, policy in POLICIES.items()}
 KEYS = ("x", "y")
 
@@ -115,7 +119,8 @@ class BookMachine(RuleBasedStateMachine):
         record = self.records[key]
         if not record.pacer_groups:
             return "bypassed"
-        smallest = min(POLICIES[policy].max_blocked_duration for policy, _ in record.pacer_groups)
+        bounds = [POLICIES[policy].max_blocked_duration for policy, _ in record.pacer_groups]
+        smallest = min(MAX_WAIT if bound == math.inf else bound for bound in bounds)
         return "maxBlocked" if self.now - record.created >= smallest else None
 
     def model_paced(self, key: PodKey) -> bool:
@@ -225,7 +230,7 @@ class BookMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def decide_and_reserve(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(self.waiting_keys()))
-        decision = groupbook.decide(self.book, policies=POLICIES, key=key, now=self.now)
+        decision = groupbook.decide(self.book, policies=POLICIES, key=key, now=self.now, max_wait=MAX_WAIT)
         self.expire_model()
         released = self.model_released(key)
         expected = released is not None or self.model_paced(key)
@@ -238,7 +243,7 @@ class BookMachine(RuleBasedStateMachine):
 
     @rule()
     def grant_batch(self) -> None:
-        keys = groupbook.grantable(self.book, policies=POLICIES, now=self.now)
+        keys = groupbook.grantable(self.book, policies=POLICIES, now=self.now, max_wait=MAX_WAIT)
         self.expire_model()
         expected = [
             key
@@ -248,9 +253,9 @@ class BookMachine(RuleBasedStateMachine):
         assert sorted(keys) == expected
         assert keys == sorted(keys, key=lambda key: (self.records[key].created, key))  # oldest first
         for key in self.waiting_keys():
-            assert groupbook.decide(self.book, policies=POLICIES, key=key, now=self.now).granted == (
-                key in keys
-            )
+            assert groupbook.decide(
+                self.book, policies=POLICIES, key=key, now=self.now, max_wait=MAX_WAIT
+            ).granted == (key in keys)
         self.grant(keys)
 
     @precondition(lambda self: self.reserved_at)
@@ -302,8 +307,8 @@ class BookMachine(RuleBasedStateMachine):
     def index_matches_a_recompute(self) -> None:
         if not hasattr(self, "book"):
             return
-        became = self.index.update(self.book, policies=POLICIES, now=self.now)
-        full = groupbook.grantable(self.book, policies=POLICIES, now=self.now)
+        became = self.index.update(self.book, policies=POLICIES, now=self.now, max_wait=MAX_WAIT)
+        full = groupbook.grantable(self.book, policies=POLICIES, now=self.now, max_wait=MAX_WAIT)
         assert self.index.keys(self.book) == full
         assert set(full) - self.indexed <= became  # every newly grantable pod is named (to wake its waits)
         self.indexed = set(full)

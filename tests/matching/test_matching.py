@@ -1,12 +1,13 @@
 """Which staggering policies a pod is in (stagger.matching): label and bypass selectors, grouping keys
 (and policies skipped when their expression finds nothing), the group label value (valid, stable,
-order-free), the mode and maxBlockedDuration of a placement, the pacer pairs, and the annotation values
-and their parser."""
+order-free), the mode and maxBlockedDuration of a placement ("never", math.inf, only when every policy
+waited for says so), the pacer pairs, and the annotation values and their parser."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import pytest
@@ -50,6 +51,7 @@ IMAGES = policy("image-pull", labels={"staggerimages": "1"}, grouping=".spec.con
 NODES = policy("per-node", labels={"app": "web"}, grouping=".spec.nodeName", max_blocked=120.0)
 ALL = policy("everything")
 CANARY = policy("canary-aware", labels={"app": "web"}, bypass={"canary": "1"}, max_blocked=60.0)
+NEVER = policy("straggler", labels={"app": "web"}, max_blocked=math.inf)
 
 
 @pytest.mark.parametrize(
@@ -131,14 +133,21 @@ def test_same_modes_no_warning() -> None:
 
 
 @pytest.mark.parametrize(
-    ("labels", "expected"),
+    ("labels", "policies", "expected"),
     [
-        pytest.param({"app": "web"}, 60.0, id="smallest-of-all"),
-        pytest.param({"app": "web", "canary": "1"}, 120.0, id="bypassed-policy-left-out"),
+        pytest.param({"app": "web"}, [NODES, CANARY], 60.0, id="smallest-of-all"),
+        pytest.param({"app": "web", "canary": "1"}, [NODES, CANARY], 120.0, id="bypassed-policy-left-out"),
+        pytest.param({"app": "web"}, [NEVER], math.inf, id="never-alone"),
+        pytest.param({"app": "web"}, [NEVER, CANARY], 60.0, id="never-and-a-bound"),
+        pytest.param(
+            {"app": "web", "canary": "1"}, [NEVER, CANARY], math.inf, id="never-and-a-bypassed-bound"
+        ),
     ],
 )
-def test_max_blocked_duration_is_the_smallest_waited_for(labels: dict[str, str], expected: float) -> None:
-    placement = matching.match_pod(pod(labels, nodeName="n"), [NODES, CANARY])
+def test_max_blocked_duration_is_the_smallest_waited_for(
+    labels: dict[str, str], policies: list[StaggeringPolicy], expected: float
+) -> None:
+    placement = matching.match_pod(pod(labels, nodeName="n"), policies)
     assert placement is not None
     assert placement.max_blocked_duration == expected
 

@@ -1,14 +1,22 @@
-"""Durations: the accepted spellings, the exact error messages, and format/parse round trips."""
+"""Durations: the accepted spellings, the exact error messages, and format/parse round trips; "never"
+(math.inf) where a bound may have no end, its errors, and its round trip."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stagger.durations import DurationError, format_duration, parse_duration
+from stagger.durations import (
+    DurationError,
+    format_duration,
+    format_duration_or_never,
+    parse_duration,
+    parse_duration_or_never,
+)
 
 
 @pytest.mark.parametrize(
@@ -101,3 +109,70 @@ def test_components_add_up(hours: int, minutes: int, millis: int) -> None:
     text = f"{hours}h{minutes}m{millis}ms"
     # Fraction: the exact sum, rounded once, which is what a correct parser must return.
     assert parse_duration(text, path="x") == float(hours * 3600 + minutes * 60 + Fraction(millis, 1000))
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param("never", math.inf, id="never"),
+        pytest.param("1h30m", 5400.0, id="a-duration-still"),
+        pytest.param(30, 30.0, id="a-number-still"),
+    ],
+)
+def test_parse_duration_or_never_accepts(value: object, seconds: float) -> None:
+    assert parse_duration_or_never(value, path="x") == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(
+            "Never",
+            "maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got 'Never')",
+            id="case",
+        ),
+        pytest.param(
+            "forever",
+            "maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got 'forever')",
+            id="another-word",
+        ),
+        pytest.param(
+            " never",
+            "maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got ' never')",
+            id="space",
+        ),
+        pytest.param(
+            True, "maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got True)", id="bool"
+        ),
+        pytest.param(
+            ["never"],
+            "maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got ['never'])",
+            id="list",
+        ),
+        pytest.param(
+            float("inf"),
+            "maxBlockedDuration: must be a finite number of seconds (got inf)",
+            id="infinite-number",
+        ),
+        pytest.param(-1, "maxBlockedDuration: must not be negative (got -1)", id="negative"),
+        pytest.param(
+            "9" * 400 + "h", f"maxBlockedDuration: is too large (got '{'9' * 400}h')", id="overflow"
+        ),
+    ],
+)
+def test_parse_duration_or_never_rejects(value: object, message: str) -> None:
+    with pytest.raises(DurationError) as caught:
+        parse_duration_or_never(value, path="maxBlockedDuration")
+    assert str(caught.value) == message
+
+
+def test_never_is_only_for_bounds_that_may_have_no_end() -> None:
+    with pytest.raises(DurationError, match=r"^startTimeout: not a duration like 90s, 10m or 1h30m \(got"):
+        parse_duration("never", path="startTimeout")
+    assert format_duration_or_never(math.inf) == "never"
+    assert format_duration_or_never(90) == "1m30s"
+
+
+@given(st.floats(min_value=0, max_value=1e12, allow_nan=False) | st.just(math.inf))
+def test_format_then_parse_is_identity_with_never(seconds: float) -> None:
+    assert parse_duration_or_never(format_duration_or_never(seconds), path="x") == seconds

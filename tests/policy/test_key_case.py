@@ -191,7 +191,7 @@ def test_a_note_says_where_and_is_no_part_of_the_policy() -> None:
             {"nodePolicies": [{"name": "a", "\u0131gnored": 1, "maxQueue": 1}]},
             ["nodePolicies[0].\u0131gnored: unknown key; expected one of name, nodeSelector, priority, "
              "throttleConfig, holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, "
-             "maxWait, unreachableWait, maxQueue, dependencies, probeReadiness, probePeriod"],
+             "daemonSets, countDaemonSets, maxWait, unreachableWait, maxQueue, dependencies, probeReadiness, probePeriod"],
             id="dotless-i-is-no-i",
         ),
         pytest.param(

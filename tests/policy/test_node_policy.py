@@ -137,15 +137,35 @@ def test_describe_node_policy() -> None:
         "maxWaitSeconds": 600,
         "maxQueue": None,
         "countAllStarting": True,
+        "countDaemonSets": False,
         "waitForDaemonSets": True,
+        "daemonSets": {"hostNetwork": False, "namespaces": [], "include": [], "exclude": []},
         "excludeNamespaces": ["kube-system"],
         "probeReadiness": True,
         "probePeriodSeconds": 0.5,
         "dependencies": [
-            {"kind": "http", "target": "http://registry.local:5000/v2/", "timeoutSeconds": 2.0},
-            {"kind": "tcp", "target": "[fd00::1]:5432", "timeoutSeconds": 0.5},
+            {
+                "kind": "http",
+                "target": "http://registry.local:5000/v2/",
+                "timeoutSeconds": 2.0,
+                "intervalSeconds": None,
+                "failIntervalSeconds": None,
+            },
+            {
+                "kind": "tcp",
+                "target": "[fd00::1]:5432",
+                "timeoutSeconds": 0.5,
+                "intervalSeconds": None,
+                "failIntervalSeconds": None,
+            },
             # A URL's user and password are not shown: /status is read by people and tools.
-            {"kind": "http", "target": "https://vault.example:8200/v1/sys/health", "timeoutSeconds": 2.0},
+            {
+                "kind": "http",
+                "target": "https://vault.example:8200/v1/sys/health",
+                "timeoutSeconds": 2.0,
+                "intervalSeconds": None,
+                "failIntervalSeconds": None,
+            },
         ],
     }
     assert json.loads(json.dumps(described)) == described

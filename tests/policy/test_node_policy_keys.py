@@ -77,7 +77,7 @@ D = "nodePolicies[0].dependencies[0]"
         pytest.param(throttle(loadAvg={"maxLoad": float("inf")}), [f"{T}.loadAvg.maxLoad: must be a number (got inf)"], id="load-avg-inf"),
         pytest.param(throttle(loadAvg={"maxload": 1, "perCores": True}), [f"{T}.loadAvg.perCores: unknown key; did you mean 'perCore'?"], id="load-avg-typo"),
         pytest.param(node(dependencies={"http": "http://x/"}), ["nodePolicies[0].dependencies: must be a list (got {'http': 'http://x/'})"], id="not-a-list"),
-        pytest.param(node(dependencies=["http://x/"]), [f"{D}: must be a mapping with keys http, tcp, timeout (got 'http://x/')"], id="a-bare-url"),
+        pytest.param(node(dependencies=["http://x/"]), [f"{D}: must be a mapping with keys http, tcp, timeout, interval, failInterval (got 'http://x/')"], id="a-bare-url"),
         pytest.param(node(dependencies=[{}]), [f"{D}: must have exactly one of http or tcp (got {{}})"], id="neither"),
         pytest.param(node(dependencies=[{"timeout": "1s"}]), [f"{D}: must have exactly one of http or tcp (got {{'timeout': '1s'}})"], id="only-a-timeout"),
         pytest.param(
@@ -105,7 +105,7 @@ D = "nodePolicies[0].dependencies[0]"
         pytest.param(node(dependencies=[{"tcp": 5432}]), [f"{D}.tcp: must be HOST:PORT like db.example:5432 (got 5432)"], id="a-bare-port"),
         pytest.param(node(dependencies=[{"tcp": "db:1", "timeout": "0s"}]), [f"{D}.timeout: must be longer than 0s (got '0s')"], id="timeout-zero"),
         pytest.param(node(dependencies=[{"tcp": "db:1", "timeout": "soon"}]), [f"{D}.timeout: not a duration like 90s, 10m or 1h30m (got 'soon')"], id="timeout-not-a-duration"),
-        pytest.param(node(dependencies=[{"url": "http://x/"}]), [f"{D}.url: unknown key; expected one of http, tcp, timeout", f"{D}: must have exactly one of http or tcp (got {{'url': 'http://x/'}})"], id="unknown-key"),
+        pytest.param(node(dependencies=[{"url": "http://x/"}]), [f"{D}.url: unknown key; expected one of http, tcp, timeout, interval, failInterval", f"{D}: must have exactly one of http or tcp (got {{'url': 'http://x/'}})"], id="unknown-key"),
     ],
 )  # fmt: skip
 def test_errors(data: dict[str, Any], errors: list[str]) -> None:

@@ -1,8 +1,10 @@
-"""The policy file: the seed and DESIGN.md examples load with exact values; every class of error has its
-exact message; all errors of a file are reported at once; files and YAML errors name the file."""
+"""The policy file: the seed and DESIGN.md examples load with exact values; `maxBlockedDuration: never` loads
+as math.inf (and the smallest of several policies is still `min`); every class of error has its exact
+message; all errors of a file are reported at once; files and YAML errors name the file."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +197,19 @@ def test_max_concurrent_pacer_loads() -> None:
     assert warm.pacer == MaxConcurrentPacer(value=3)
 
 
+def test_max_blocked_duration_never_is_infinite() -> None:
+    pacer = "pacer: {maxConcurrent: {value: 1}}"
+    policy_file = parse_policy_text(
+        "staggeringPolicies:\n"
+        f"- {{name: straggler, labelSelector: {{}}, maxBlockedDuration: never, {pacer}}}\n"
+        f"- {{name: per-node, labelSelector: {{}}, maxBlockedDuration: 90s, {pacer}}}\n"
+    )
+    straggler, per_node = policy_file.staggering_policies
+    assert straggler.max_blocked_duration == math.inf
+    assert isinstance(straggler.max_blocked_duration, float)
+    assert min(straggler.max_blocked_duration, per_node.max_blocked_duration) == 90.0
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -263,7 +278,7 @@ T = "nodePolicies[0].throttleConfig"
         pytest.param(
             {"nodePolicies": ["n"]},
             "nodePolicies[0]: must be a mapping with keys name, nodeSelector, priority, throttleConfig, "
-            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, maxWait, unreachableWait, maxQueue, dependencies, probeReadiness, probePeriod (got 'n')",
+            "holdTimeout, minHold, countAllStarting, excludeNamespaces, waitForDaemonSets, daemonSets, countDaemonSets, maxWait, unreachableWait, maxQueue, dependencies, probeReadiness, probePeriod (got 'n')",
             id="mapping-expected",
         ),
         pytest.param(
@@ -390,13 +405,28 @@ T = "nodePolicies[0].throttleConfig"
         ),
         pytest.param(
             staggering(maxBlockedDuration="10 minutes"),
-            f"{S}.maxBlockedDuration: not a duration like 90s, 10m or 1h30m (got '10 minutes')",
+            f"{S}.maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got '10 minutes')",
             id="bad-duration",
         ),
         pytest.param(
             staggering(startTimeout="0s"),
             f"{S}.startTimeout: must be longer than 0s (got '0s')",
             id="zero-duration",
+        ),
+        pytest.param(
+            staggering(maxBlockedDuration="Never"),
+            f"{S}.maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got 'Never')",
+            id="never-is-spelt-in-lower-case",
+        ),
+        pytest.param(
+            staggering(maxBlockedDuration="0s"),
+            f"{S}.maxBlockedDuration: must be longer than 0s, or never for no limit (got '0s')",
+            id="zero-max-blocked-names-never",
+        ),
+        pytest.param(
+            staggering(startTimeout="never"),
+            f"{S}.startTimeout: not a duration like 90s, 10m or 1h30m (got 'never')",
+            id="never-only-for-max-blocked",
         ),
         pytest.param(
             staggering(groupingExpresion=".spec"),
@@ -574,7 +604,7 @@ def test_all_errors_reported_at_once() -> None:
             "staggeringPolicies[0].pacer.exponential.multiplier: must be greater than 1 (got 1)",
             "staggeringPolicies[0].mode: must be one of lock, evict, gate (got 'x')",
             "staggeringPolicies[1].name: is required",
-            "staggeringPolicies[1].maxBlockedDuration: not a duration like 90s, 10m or 1h30m (got 'x')",
+            "staggeringPolicies[1].maxBlockedDuration: not a duration like 90s, 10m or 1h30m, or never (got 'x')",
             "nodePolicies[0].throttleConfig.cpu.maxLoad: must be greater than 0 and at most 100 (got 101)",
             "nodePolicies[0].throttleConfig.maxConcurent: unknown key; did you mean 'maxConcurrent'?",
             "nodePolicies[1].name: duplicate name; nodePolicies[0] has it already (got 'a')",

@@ -2,10 +2,12 @@
 field, the document dumped as YAML and loaded by stagger's own loader is the same policy file
 (parse(render(x)) == x); defaults are left out (a policy of defaults is its name alone); selectors are
 written as a plain map when they can be, else as matchExpressions in their own order; the issue 25 fields
-(cpu/io incrementBy, loadAvg, dependencies) round-trip as well."""
+(cpu/io incrementBy, loadAvg, dependencies) round-trip as well, and so does `maxBlockedDuration: never`
+(math.inf, written "never"), which no other duration may be."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -80,7 +82,7 @@ staggering_policies = st.builds(
     pacer=pacers,
     bypass_label_selector=st.none() | selectors,
     grouping_expression=st.none() | st.sampled_from([".spec.containers[0].image", "$.metadata.labels.app"]),
-    max_blocked_duration=durations,
+    max_blocked_duration=durations | st.just(math.inf),
     start_timeout=durations,
     mode=st.sampled_from(["lock", "evict", "gate"]),
     hold=st.sampled_from(["nodeSelector", "stub"]),
@@ -250,6 +252,26 @@ def test_values_other_than_the_defaults_are_written_as_the_file_spells_them() ->
             "dependencies": [{"http": "http://es:9200"}, {"tcp": "db:5432", "timeout": "10s"}],
         }
     ]
+
+
+def test_max_blocked_duration_never_is_written_never() -> None:
+    never = StaggeringPolicy(
+        name="straggler",
+        label_selector=LabelSelector(),
+        pacer=MaxConcurrentPacer(value=1),
+        max_blocked_duration=math.inf,
+    )
+    (written,) = policy_document(PolicyFile(staggering_policies=(never,)))["staggeringPolicies"]
+    assert written["maxBlockedDuration"] == "never"
+    assert parse_policy_text(yaml.safe_dump({"staggeringPolicies": [written]})).staggering_policies == (
+        never,
+    )
+    # No other duration has a spelling for it: a policy built in code with one is refused, not miswritten.
+    endless_start = StaggeringPolicy(
+        name="s", label_selector=LabelSelector(), pacer=MaxConcurrentPacer(value=1), start_timeout=math.inf
+    )
+    with pytest.raises(ValueError, match="non-finite"):
+        policy_document(PolicyFile(staggering_policies=(endless_start,)))
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ from typing import Any
 
 from stagger import groupbook, pacers
 from stagger.groupbook import AdmitDecision, Claim, Decision, GrantableIndex, GroupBook, PodKey, PodRecord
+from stagger.groupbook.decisions import DEFAULT_MAX_WAIT
 from stagger.matching import Pair
 from stagger.names import Names
 from stagger.policy import StaggeringPolicy
@@ -115,6 +116,8 @@ class Pacing:
     clock: Callable[[], float] = time.time
     # Evict mode: how long a claim admission took waits for its pod to show in the watch.
     claim_confirm_timeout: float = groupbook.CLAIM_CONFIRM_SECONDS
+    # The controller's maxWait (the init clients' bound): how long a "never" policy's pod is held at most.
+    max_wait: float = DEFAULT_MAX_WAIT
     # Called with how many claims lapsed unconfirmed (the controller counts them in a metric).
     lapsed: Callable[[int], None] = lambda count: None
     # The controller's own clock for the Ready-to-grant latency (the book's `clock` is the pods' wall time).
@@ -184,10 +187,17 @@ class Pacing:
             self._bump()
 
     def replace_policies(
-        self, policies: Sequence[StaggeringPolicy], pods: Iterable[Mapping[str, Any]]
+        self,
+        policies: Sequence[StaggeringPolicy],
+        pods: Iterable[Mapping[str, Any]],
+        *,
+        max_wait: float | None = None,
     ) -> None:
-        """A reloaded policy file: bypass selectors may have changed, so every record is read again."""
+        """A reloaded policy file: bypass selectors may have changed, so every record is read again.
+        `max_wait`: the controller's maxWait for it (None: unchanged)."""
         self.policies = {policy.name: policy for policy in policies}
+        if max_wait is not None:
+            self.max_wait = max_wait
         self._rebuild = True
         for pod in pods:
             self.pod_changed(pod)
@@ -210,7 +220,9 @@ class Pacing:
                 basis="unknown",
             )
         else:
-            decision = groupbook.decide(self.book, policies=self.policies, key=key, now=now)
+            decision = groupbook.decide(
+                self.book, policies=self.policies, key=key, now=now, max_wait=self.max_wait
+            )
         if decision.granted and self.book.reserve(key, now=now):
             self._bump()
         self._settle()
@@ -330,7 +342,7 @@ class Pacing:
         everything, self._rebuild = self._rebuild, False
         readied, self._readied = self._readied, {}  # the Readies this update takes in
         became = self._index.update(
-            self.book, policies=self.policies, now=self.clock(), everything=everything
+            self.book, policies=self.policies, now=self.clock(), everything=everything, max_wait=self.max_wait
         )
         for key in became:
             self._note_freed(key, readied)

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from stagger.policy import PolicyFile
 from stagger.waiting import wait_event
+from webhook import admission
 from webhook.groups.pacing import Pacing
 from webhook.groups.state import GROUPS
 
@@ -37,7 +38,9 @@ def policies_changed(app: web.Application, new: PolicyFile) -> None:
     is read again, since bypass selectors and groupings may have changed."""
     groups = app[GROUPS]
     pods = groups.watch.informer.objects() if groups.watch is not None else ()
-    groups.pacing.replace_policies(new.staggering_policies, pods)
+    # The same maxWait admission gives the init clients (webhook.app's Admission.build): the hold of a
+    # "never" policy's pods.
+    groups.pacing.replace_policies(new.staggering_policies, pods, max_wait=admission.max_wait_for(new))
     logger.info("group pacing: %d staggering policies now", len(new.staggering_policies))
 
 
