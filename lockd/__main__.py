@@ -29,18 +29,28 @@ def banner(settings: Settings) -> str:
             if settings.server.probe_host is not None
             else ""
         )
+        + (
+            f"\npod-startup-lock's init clients on http://{settings.server.host}:"
+            f"{settings.server.pod_startup_lock_port}/ (GET /)"
+            if settings.server.pod_startup_lock_port
+            else ""
+        )
     )
 
 
 def serve(settings: Settings, application: web.Application) -> Coroutine[Any, Any, None]:
-    """lockd's listener, and its probes' when `--probe-listen` is set, until SIGTERM or SIGINT."""
+    """lockd's listener, its probes' when `--probe-listen` is set and pod-startup-lock's with
+    `--pod-startup-lock-port`, until SIGTERM or SIGINT."""
+    access_log = logging.getLogger("lockd.access") if settings.log_level == "debug" else None
     runner = server.make_runner(
-        application,
-        settings=settings.server,
-        metrics=application[appstate.METRICS],
-        access_log=logging.getLogger("lockd.access") if settings.log_level == "debug" else None,
+        application, settings=settings.server, metrics=application[appstate.METRICS], access_log=access_log
     )
     listeners = [serving.Listener(runner, settings.server.host, settings.server.port)]
+    if settings.server.pod_startup_lock_port:
+        from lockd import startuplock  # only with the port: a lockd without it never loads it
+
+        peer = startuplock.make_runner(application, settings=settings, access_log=access_log)
+        listeners.append(serving.Listener(peer, settings.server.host, settings.server.pod_startup_lock_port))
     if settings.server.probe_host is not None:
         probes = server.make_probe_runner(lockd_app.make_probe_app(application), settings=settings.server)
         listeners.append(serving.Listener(probes, settings.server.probe_host, settings.server.probe_port))

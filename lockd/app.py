@@ -36,9 +36,9 @@ from lockd.appstate import (
     Outbound,
     view_of,
 )
-from lockd.dependencies import DependencyChecks, dependency_status
+from lockd.dependencies import DependencyChecks, node_variables
 from lockd.metrics import Metrics
-from lockd.nodepolicy import choose_node_policy
+from lockd.nodepolicy import choose_node_policy, shadowed_objects
 from lockd.service import LeftQueue, Refused
 from lockd.settings import Settings
 from stagger import policy, serving, throttles
@@ -47,7 +47,7 @@ from stagger.policywatch import PolicyWatcher
 from stagger.serving import json_response
 
 if TYPE_CHECKING:
-    from lockd import clusterwatch, prober
+    from lockd import clusterwatch, pacemakerwatch, prober
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +65,29 @@ def policy_file_of(watcher: PolicyWatcher) -> policy.PolicyFile | None:
     return watcher.policy_file if watcher.path is not None else None
 
 
+def pacemaker_of(app: web.Application) -> pacemakerwatch.PacemakerWatch | None:
+    """Cluster mode's watch of PacemakerConfig objects (`--pacemaker-configs`), else None."""
+    state = app.get(CLUSTER)
+    return state.pacemaker if state is not None else None
+
+
+def object_policies(app: web.Application) -> tuple[policy.NodePolicy, ...]:
+    """The node policies of the cluster's PacemakerConfig objects in force (none without the watch)."""
+    watch = pacemaker_of(app)
+    return watch.policies() if watch is not None else ()
+
+
 def choose_policy(app: web.Application) -> None:
     watcher = app[POLICY]
     service = app[SERVICE]
+    policy_file, objects = policy_file_of(watcher), object_policies(app)
     service.apply_policy(
         choose_node_policy(
-            policy_file=policy_file_of(watcher), source=watcher.source, node_labels=node_labels(app)
+            policy_file=policy_file, source=watcher.source, node_labels=node_labels(app), objects=objects
         )
     )
+    if (watch := pacemaker_of(app)) is not None:
+        watch.note_shadowed(shadowed_objects(policy_file=policy_file, objects=objects))
     # A policy with other dependencies has them checked at once (until then they hold every grant).
     app[DEPENDENCIES].want(service.node_policy.dependencies)
 
@@ -180,14 +195,14 @@ async def show_status(request: web.Request) -> web.Response:
         limit=limit,
         reason=service.current_reason,
         details=_pod_details(view, app[CLUSTER].prober) if view is not None else None,
-        dependencies=dependency_status(
-            service.node_policy.dependencies, app[DEPENDENCIES].get(), now=service.clock()
-        ),
+        dependencies=app[DEPENDENCIES].status(service.node_policy.dependencies, now=service.clock()),
     )
     if watcher.last_error:
         doc["policy"]["lastReloadError"] = watcher.last_error
     if view is not None:
         doc["policy"]["nodeLabels"] = view.node_labels()
+    if (pacemaker := pacemaker_of(app)) is not None:
+        doc["policy"]["pacemakerConfigs"] = pacemaker.status()
     watch = app[CLUSTER].group_watch if CLUSTER in app else None
     if watch is not None:
         watch.pushed.expire(service.clock())
@@ -336,7 +351,11 @@ def make_app(
     app[QUERIES] = params.LockQueries(max_wait=settings.queue.max_long_poll)
     app[BODIES] = EncodedBodies()
     app[HTTP] = Outbound()
-    app[DEPENDENCIES] = DependencyChecks(interval=settings.node.dependency_interval, metrics=metrics)
+    app[DEPENDENCIES] = DependencyChecks(
+        interval=settings.node.dependency_interval,
+        metrics=metrics,
+        variables=node_variables(node_name=settings.node.node_name, node_ip=settings.node.node_ip),
+    )
     app.router.add_route("GET", LOCK_PATH, lock)
     app.router.add_route("POST", LOCK_PATH, lock)
     app.router.add_route("DELETE", LOCK_PATH, unlock)

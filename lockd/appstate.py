@@ -23,7 +23,7 @@ from stagger.serving import json_body
 if TYPE_CHECKING:
     # Cluster mode's parts are imported when cluster mode is installed (`lockd.clustermode`): a standalone lockd
     # never loads the informers, the group client or the Event recorder.
-    from lockd import clusterwatch, groupclient, prober
+    from lockd import clusterwatch, groupclient, pacemakerwatch, prober
 
 __all__ = [
     "BODIES",
@@ -77,6 +77,7 @@ class ClusterState:
     group_watch: groupclient.GroupWatch | None = None
     tokens: tokenreview.TokenReviewer | None = None
     prober: prober.ReadinessProber | None = None
+    pacemaker: pacemakerwatch.PacemakerWatch | None = None  # with --pacemaker-configs
 
 
 class EncodedBodies:

@@ -2,8 +2,8 @@
 the API server's config is read when it is installed (a start-up error when there is none), and while
 the app runs, the node's pod and Node informers, the reviewer of pods' service-account tokens, the grant
 finisher that records each grant on its pod, the group pacer client and its wait stream (with
-`--controller-url`), Events, and the start-up sync that rebuilds the held slots from the pods before the
-first grant."""
+`--controller-url`), Events, the PacemakerConfig objects (with `--pacemaker-configs`), and the start-up
+sync that rebuilds the held slots from the pods before the first grant."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from lockd import clusterwatch, groupclient, heap, ledger, pods, prober, tokenreview
+from lockd import clusterwatch, groupclient, heap, ledger, pacemakerwatch, pods, prober, tokenreview
 from lockd.app import choose_policy, log_start, node_labels, policy_file_of
 from lockd.appstate import CLUSTER, DEPENDENCIES, HTTP, LOAD, METRICS, POLICY, SERVICE, SETTINGS, ClusterState
 from lockd.metrics import Metrics
@@ -29,7 +29,7 @@ from lockd.settings import Settings
 from stagger import events, kube
 from stagger.informer import InformerSettings
 from stagger.names import Names
-from stagger.waiting import stop_tasks
+from stagger.waiting import stop_tasks, wait_event
 
 __all__ = ["install"]
 
@@ -103,9 +103,16 @@ async def _sync(app: web.Application, view: clusterwatch.NodeView, names: Names)
     counted again."""
     settings, service = app[SETTINGS], app[SERVICE]
     await view.wait_synced()
+    if (pacemaker := app[CLUSTER].pacemaker) is not None and not await wait_event(
+        pacemaker.settled, within=pacemakerwatch.SETTLE_WAIT
+    ):
+        logger.warning(
+            "PacemakerConfigs not listed within %gs: the policy file's node policies alone until they are",
+            pacemakerwatch.SETTLE_WAIT,
+        )
     service.restore(pods.slots_to_rebuild(view.pods.objects(), names=names))
     choose_policy(app)
-    view.want_daemonsets(service.node_policy.wait_for_daemonsets)
+    view.want_daemonsets(service.node_policy.wait_for_daemonsets, chosen=service.node_policy.daemonsets)
     service.ready = True
     heap.trim()  # the first list's decoded pods are garbage now
     logger.info(
@@ -116,21 +123,45 @@ async def _sync(app: web.Application, view: clusterwatch.NodeView, names: Names)
     )
 
 
-def _follow_daemonsets(app: web.Application, view: clusterwatch.NodeView) -> None:
+def _follow_daemonsets(app: web.Application, view: clusterwatch.NodeView) -> Callable[..., None]:
     """The cluster's DaemonSets are watched while the node's policy waits for them, and only then: the
     policy is followed wherever it changes (a Node relabel, a policy reload; `_sync` at start). Its changes
-    wake the queue; a wait given up at `--daemonset-wait` is counted."""
+    wake the queue; a wait given up at `--daemonset-wait` is counted. Returns the function that follows it,
+    for whatever else changes the policy (PacemakerConfig objects)."""
     service, metrics = app[SERVICE], app[METRICS]
     view.daemonsets.on_change = service.wake_next
     view.daemonsets.on_expired = lambda item: metrics.daemonset_waits_given_up.labels(why=item.why).inc()
 
     def follow(*_: object) -> None:
-        view.want_daemonsets(app[SERVICE].node_policy.wait_for_daemonsets)
+        node_policy = app[SERVICE].node_policy
+        view.want_daemonsets(node_policy.wait_for_daemonsets, chosen=node_policy.daemonsets)
 
     follow()
     # After the subscriber and handler that choose the policy (they came first).
     view.nodes.add_handler(follow)
     app[POLICY].subscribe(follow)
+    return follow
+
+
+def _pacemaker_watch(
+    app: web.Application, *, client: kube.RestClient, follow: Callable[[], None]
+) -> pacemakerwatch.PacemakerWatch:
+    """`--pacemaker-configs`: the PacemakerConfig objects as node policies. A change of them chooses the
+    node's policy again (waking the waiting long polls when it changed, as a policy file reload does);
+    each object version read is counted in `stagger_lockd_policy_reloads_total` (object_ok, object_error)."""
+    settings, metrics = app[SETTINGS], app[METRICS]
+
+    def changed() -> None:
+        choose_policy(app)
+        follow()
+
+    return pacemakerwatch.PacemakerWatch(
+        client=client,
+        settings=InformerSettings(),
+        recheck=settings.cluster.pacemaker_recheck,
+        on_change=changed,
+        count=lambda result: metrics.policy_reloads.labels(result=result).inc(),
+    )
 
 
 async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
@@ -199,12 +230,15 @@ async def _running(app: web.Application, *, cores: int) -> AsyncIterator[None]:
             record=clusterwatch.probed_ready_recorder(client=client, view=view, names=names),
         )
         view.nodes.add_handler(lambda kind, obj: choose_policy(app))
-        _follow_daemonsets(app, view)
+        follow = _follow_daemonsets(app, view)
         tasks = [
             asyncio.create_task(view.run(), name="node-informers"),
             asyncio.create_task(_sync(app, view, names), name="sync"),
             asyncio.create_task(probes.run(), name="readiness-probes"),
         ]
+        if settings.cluster.pacemaker_configs:
+            state.pacemaker = _pacemaker_watch(app, client=client, follow=follow)
+            tasks.append(asyncio.create_task(state.pacemaker.run(), name="pacemaker-configs"))
         if group_watch is not None:
             tasks.append(asyncio.create_task(group_watch.run(), name="group-watch"))
         if recorder is not None:

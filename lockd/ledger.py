@@ -49,6 +49,8 @@ class Slot:
     token_hash: str = ""
     # Its pod was told to wait first (a StaggerWaiting Event): the grant gets a StaggerGranted Event.
     announced: bool = False
+    # The listener it was asked on: "" lockd's lock port, `lockd.startuplock.VIA` pod-startup-lock's (/status).
+    via: str = ""
 
 
 @dataclass(slots=True)  # one per waiting pod: no __dict__ (tests/benchmarks/waiter_memory_bench.py)
@@ -231,6 +233,7 @@ class Ledger:
         verdict: Verdict,
         reserve: bool = False,
         max_queue: int | None = None,
+        via: str = "",
     ) -> Outcome | Reserved:
         """One request for a slot, with the node checks' `verdict` on one more slot now (the caller commits
         them when the answer is a new grant or a reservation).
@@ -290,6 +293,7 @@ class Ledger:
             waited=now - waiter.first_seen,
             pending=reserve,
             announced=waiter.announced,
+            via=via,
         )
         self.slots[key] = slot
         if reserve:
@@ -377,9 +381,14 @@ class Ledger:
         wall: float,
         duration: float,
         verdict: Verdict,
+        via: str = "",
     ) -> Outcome:
         """pod-startup-lock compatibility: a slot with no identity, only if nobody is queued before it and
-        the node checks' `verdict` allows it."""
+        the node checks' `verdict` allows it. A `key` that holds a slot already is answered from it (a
+        caller known by its address asking again)."""
+        held = self.slots.get(key)
+        if held is not None and not held.pending:
+            return Granted(slot=held, new=False)
         if self.queue:
             return Denied(
                 reason=f"{pods(len(self.queue))} waiting (first come, first served)",
@@ -399,6 +408,7 @@ class Ledger:
             granted_wall=wall,
             expires_at=now + duration,
             anonymous=True,
+            via=via,
         )
         self.slots[key] = slot
         return Granted(slot=slot, new=True)

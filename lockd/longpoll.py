@@ -29,7 +29,7 @@ from lockd import asking
 from stagger.contracts.lock import RELEASE_TOKEN_HEADER
 from stagger.framing import Reply
 
-__all__ = ["Ask", "LockAsks", "parse_head"]
+__all__ = ["Ask", "Asks", "LockAsks", "lock_port", "parse_head"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,19 +101,38 @@ def parse_head(head: bytes) -> Ask | None:
     )
 
 
+Asks = Callable[[web.Application, Ask, str, Callable[[], bool]], Awaitable[asking.Answer]]
+"""What answers the asks a door serves: (lockd's app, the ask, the caller's address, whether it is still there)."""
+
+
+async def lock_port(app: web.Application, ask: Ask, peer: str, alive: Callable[[], bool]) -> asking.Answer:
+    """The lock port's asks: `GET /v1/lock` (`asking.answer_ask`) and pod-startup-lock's `GET /`
+    (`asking.answer_anonymous`)."""
+    if ask.anonymous:
+        return asking.answer_anonymous(app, raw_query=ask.raw_query)
+    return await asking.answer_ask(
+        app, raw_query=ask.raw_query, headers=ask.headers(), alive=alive, peer=peer
+    )
+
+
 @dataclass(eq=False)
 class LockAsks:
     """lockd's `framing.Local`: the lock asks (and pod-startup-lock's `GET /`) the door serves itself,
-    answered with `lockd.asking`; any other request is aiohttp's."""
+    answered by `answer`; any other request is aiohttp's. Pod-startup-lock's own port
+    (`lockd.startuplock`) passes its answer and `root_only`: there `GET /v1/lock` is aiohttp's too (404)."""
 
     app: web.Application
+    answer: Asks = lock_port
+    root_only: bool = False
     # Response heads, encoded once: a node's answers are few (423 with one body and Retry-After, mostly),
     # and building one (status phrase, lines, encoding) was a tenth of a 423's cost (tests/benchmarks/lockd.md).
     _heads: dict[tuple[int, int, tuple[tuple[str, str], ...], str, bool], bytes] = field(default_factory=dict)
 
     def __call__(self, head: bytes, *, peer: str, alive: Callable[[], bool]) -> Awaitable[Reply] | None:
         ask = parse_head(head)
-        return None if ask is None else self._serve(ask, peer=peer, alive=alive)
+        if ask is None or (self.root_only and not ask.anonymous):
+            return None
+        return self._serve(ask, peer=peer, alive=alive)
 
     def head(self, answer: asking.Answer, *, keep_alive: bool) -> bytes:
         if any(name == RELEASE_TOKEN_HEADER for name, _ in answer.headers):
@@ -129,12 +148,7 @@ class LockAsks:
     async def _serve(self, ask: Ask, *, peer: str, alive: Callable[[], bool]) -> Reply:
         keep_alive = ask.keep_alive
         try:
-            if ask.anonymous:
-                answer = asking.answer_anonymous(self.app, raw_query=ask.raw_query)
-            else:
-                answer = await asking.answer_ask(
-                    self.app, raw_query=ask.raw_query, headers=ask.headers(), alive=alive, peer=peer
-                )
+            answer = await self.answer(self.app, ask, peer, alive)
         except Exception:
             logger.exception("error handling %r", ask.line)
             answer, keep_alive = asking.error(500, "internal error (see lockd's log)"), False

@@ -72,6 +72,27 @@ class Counter(_Family):
         return _Child(self, next(iter(labels.values()), ""))
 
 
+class LockAnswers(Counter):
+    """`stagger_lockd_requests_total{result}` for the lock port, and beside it the answers of lockd's other
+    lock listener with a `listener` label too (`{listener="podStartupLock",result=...}`): one family, so
+    that a sum by result counts every grant and denial the node gave, whatever port it was asked on."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        super().__init__(name, help_text, "result")
+        self.by_listener: dict[tuple[str, str], float] = {}
+
+    def count_on(self, listener: str, result: str) -> None:
+        key = (listener, result)
+        self.by_listener[key] = self.by_listener.get(key, 0) + 1
+
+    def render(self) -> list[str]:
+        series = f"{self.name}{self.suffix}"
+        return super().render() + [
+            f'{series}{{listener="{_escape(listener)}",result="{_escape(result)}"}} {_number(number)}'
+            for (listener, result), number in self.by_listener.items()
+        ]
+
+
 @dataclass(frozen=True)
 class _Child:
     counter: Counter
@@ -253,7 +274,13 @@ class Metrics:
     # Each helper returns field(default_factory=...), a new metric per instance, but ruff's RUF009 sees
     # only a call in a dataclass default: it does not follow a helper to dataclasses.field.
     # ruff: disable[RUF009]
-    requests: Counter = _counter("stagger_lockd_requests", "Lock requests answered, by result.", "result")
+    requests: LockAnswers = field(
+        default_factory=lambda: LockAnswers(
+            "stagger_lockd_requests",
+            "Lock requests answered, by result; those of pod-startup-lock's port (--pod-startup-lock-port) "
+            'with listener="podStartupLock" too: granted, denied (423), queue_full, unavailable (not ready).',
+        )
+    )
     wait_seconds: Histogram = _histogram(
         "stagger_lockd_wait_seconds",
         "Time from a pod's first ask to its grant.",
@@ -359,7 +386,10 @@ class Metrics:
     build_info: BuildInfo = field(default_factory=lambda: BuildInfo("stagger_lockd_build_info", VERSION))
     process: ProcessMetrics = field(default_factory=ProcessMetrics)
     policy_reloads: Counter = _counter(
-        "stagger_lockd_policy_reloads", "Policy file reloads, by result: ok, error.", "result"
+        "stagger_lockd_policy_reloads",
+        "Policy file reloads, by result: ok, error; with --pacemaker-configs also each PacemakerConfig "
+        "object version read: object_ok, object_error (invalid: skipped, its last good version stays).",
+        "result",
     )
     dependency_up: GaugeFamily = _gauge_family(
         "stagger_lockd_dependency_up",
@@ -377,6 +407,10 @@ class Metrics:
     def count(self, result: str) -> None:
         """One lock request answered with this result."""
         self.requests.count(result)
+
+    def count_on(self, listener: str, result: str) -> None:
+        """One lock request answered on another listener than the lock port (`LockAnswers`)."""
+        self.requests.count_on(listener, result)
 
     def count_refused(self, status: int) -> None:
         """One request refused at the door (`stagger.framing`)."""

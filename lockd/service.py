@@ -210,17 +210,23 @@ class LockService:
         self.wake_next()
         return ledger.Granted(slot=slot, new=True, token=token)
 
-    async def ask(self, *, namespace: str, name: str, uid: str) -> ledger.Outcome:
+    async def ask(
+        self, *, namespace: str, name: str, uid: str, hold: float | None = None, via: str = ""
+    ) -> ledger.Outcome:
+        """One ask for the pod's slot; a new slot is held at most `hold` seconds (never past the node
+        policy's holdTimeout) and marked with the listener it was asked on (`via`)."""
         key = (namespace, name)
+        hold_timeout = self.node_policy.hold_timeout
         result = self.ledger.ask(
             key=key,
             uid=uid,
             now=self.clock(),
             wall=self.wall(),
-            hold_timeout=self.node_policy.hold_timeout,
+            hold_timeout=hold_timeout if hold is None else min(hold, hold_timeout),
             verdict=self._decide(),
             reserve=self.finisher is not None,
             max_queue=self.queue_limit,
+            via=via,
         )
         if isinstance(result, ledger.Reserved):
             self.checks.commit()
@@ -279,14 +285,17 @@ class LockService:
         uid: str,
         wait: float,
         alive: Callable[[], bool] = lambda: True,
+        hold: float | None = None,
+        via: str = "",
     ) -> ledger.Outcome:
-        """Long poll: ask, and ask again when woken, until granted or `wait` seconds have passed.
+        """Long poll: ask, and ask again when woken, until granted or `wait` seconds have passed (`hold`
+        and `via` as `ask`'s).
 
         A waiter whose caller went away (`alive()` false, or the request cancelled when the connection
         closed) leaves the queue at once: it must neither take a slot nobody will use nor block the head."""
         if wait <= 0:
             # A plain ask (no long poll): nothing to wake, nothing to register.
-            outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+            outcome = await self.ask(namespace=namespace, name=name, uid=uid, hold=hold, via=via)
             if isinstance(outcome, ledger.Denied):
                 self.counters.denied += 1
             return outcome
@@ -298,7 +307,7 @@ class LockService:
         waiter: ledger.Waiter | None = None
         gone = False
         try:
-            outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+            outcome = await self.ask(namespace=namespace, name=name, uid=uid, hold=hold, via=via)
             if isinstance(outcome, ledger.Denied):
                 waiter = self.ledger.start_polling(key)
             while isinstance(outcome, ledger.Denied) and not self.closing:
@@ -316,7 +325,7 @@ class LockService:
                 if not alive():
                     gone = True
                     break
-                outcome = await self.ask(namespace=namespace, name=name, uid=uid)
+                outcome = await self.ask(namespace=namespace, name=name, uid=uid, hold=hold, via=via)
         except asyncio.CancelledError:
             gone = True
             raise
@@ -345,20 +354,28 @@ class LockService:
                 )
         return outcome
 
-    def take_anonymous(self, *, duration: float) -> ledger.Outcome:
-        key = ("", f"anonymous-{next(self._anonymous_ids)}")
+    def take_anonymous(
+        self, *, duration: float, key: ledger.PodKey | None = None, via: str = ""
+    ) -> ledger.Outcome:
+        """A slot with no pod to it for `duration` seconds: under a `key` of the caller's (its address on
+        pod-startup-lock's port, whose repeated ask is answered from the slot it holds), else a new one."""
+        if key is None:
+            key = ("", f"anonymous-{next(self._anonymous_ids)}")
         outcome = self.ledger.take_anonymous(
             key=key,
             now=self.clock(),
             wall=self.wall(),
             duration=duration,
             verdict=self._decide(),
+            via=via,
         )
+        if isinstance(outcome, ledger.Granted) and not outcome.new:
+            return outcome
         if isinstance(outcome, ledger.Granted):
             self.checks.commit()
             self.counters.granted += 1
             self._slots_changed()
-            logger.info("granted an anonymous slot for %.0fs (pod-startup-lock client)", duration)
+            logger.info("granted anonymous slot %s for %.0fs (pod-startup-lock client)", key[1], duration)
         else:
             self.counters.denied += 1
         return outcome

@@ -7,6 +7,7 @@ option is one line.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,9 @@ class ServerSettings:
     # Connections open at once: every pod of the node may reach lockd's host port, so a flood is bounded
     # (about 17 KiB each while idle); far above a node's pods, each waiting with one long poll.
     max_connections: int = 2048
+    # pod-startup-lock's init clients served unchanged on a port of their own, on `host` (0: off;
+    # lockd.startuplock).
+    pod_startup_lock_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class NodeSettings:
     """The node lockd runs on: its name and labels, its cores and where its load is read."""
 
     node_name: str = "localhost"
+    # The node's IP (the chart: the pod's status.hostIP): a dependency's $(NODE_IP); None: not known.
+    node_ip: str | None = None
     # Standalone mode has no Node object to read labels from; these stand in for them.
     node_labels: tuple[tuple[str, str], ...] = ()
     cores: int | None = None
@@ -98,6 +104,8 @@ class QueueSettings:
     max_long_poll: float = 60.0
     max_queue: int = 1000
     allow_anonymous: bool | None = None  # None: allowed standalone, refused in cluster mode
+    # The longest a slot asked for on pod-startup-lock's port is held (its `--timeout`, 10 s by default).
+    pod_startup_lock_hold: float = 10.0
     state_file: Path | None = None
 
 
@@ -115,6 +123,10 @@ class ClusterSettings:
     # longest one may take whatever the probe's timeoutSeconds (a pod's probe that hangs holds no more).
     probe_max_in_flight: int = 32
     probe_max_timeout: float = 5.0
+    # pod-pacemaker's PacemakerConfig objects read live as node policies beside the file's
+    # (lockd.pacemakerwatch); while their CRD is not installed, looked for again this often.
+    pacemaker_configs: bool = False
+    pacemaker_recheck: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,16 @@ class Settings:
         return self.standalone if allow is None else allow
 
 
+def ip_address(text: str, name: str) -> str | None:
+    """An IPv4 or IPv6 address; empty: not known."""
+    if not text.strip():
+        return None
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise SettingsError(f"{name}: expected an IP address (got {text!r})") from None
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("--standalone", ("STAGGER_STANDALONE",), "standalone",
            "run without a cluster: pods are identified by namespace/name only", boolean),
@@ -186,6 +208,8 @@ OPTIONS: tuple[Option, ...] = (
            "policy file (YAML), reloaded when it changes; default: the built-in node policy", file_path, "FILE"),
     Option("--node-name", ("STAGGER_NODE_NAME", "NODE_NAME"), "node_name", "this node's name (default: hostname)",
            text, "NAME"),
+    Option("--node-ip", ("STAGGER_NODE_IP",), "node_ip",
+           "this node's IP: what $(NODE_IP) in a node policy dependency stands for", ip_address, "IP"),
     Option("--node-labels", ("STAGGER_NODE_LABELS",), "node_labels",
            "labels that choose the node policy in standalone mode", key_values, "K=V,..."),
     Option("--cores", ("STAGGER_CORES",), "cores", "CPU cores for perCore limits (default: what the machine has)",
@@ -227,6 +251,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("--allow-anonymous", ("STAGGER_ALLOW_ANONYMOUS",), "allow_anonymous",
            "serve the pod-startup-lock path GET /?duration=S in cluster mode too (anonymous slots, at most "
            "holdTimeout each; on by default standalone only)", boolean),
+    Option("--pod-startup-lock-port", ("STAGGER_POD_STARTUP_LOCK_PORT",), "pod_startup_lock_port",
+           "also serve pod-startup-lock's init clients, unchanged, on this port of --listen's host: GET / "
+           "answers 200 'Lock acquired' or 423 'Locked'; a caller is known by its pod's IP, else it gets an "
+           "anonymous slot by its address (default 0: off)", whole(0, maximum=65535), "PORT"),
+    Option("--pod-startup-lock-hold", ("STAGGER_POD_STARTUP_LOCK_HOLD",), "pod_startup_lock_hold",
+           "the longest a slot asked for on --pod-startup-lock-port is held (?duration=N may shorten it); a "
+           "known pod's ends at Ready too (default 10s, pod-startup-lock's --timeout)", seconds(), "DURATION"),
     Option("--state-file", ("STAGGER_STATE_FILE",), "state_file",
            "standalone: keep the slots in FILE (written atomically on each change) so a restart keeps them",
            file_path, "FILE"),
@@ -289,6 +320,12 @@ OPTIONS: tuple[Option, ...] = (
            "waitForDaemonSets: how long a DaemonSet that should run on this node but has no pod here yet "
            "holds grants; then lockd stops waiting for it, logs it and counts it (default 2m)", seconds(),
            "DURATION"),
+    Option("--pacemaker-configs", ("STAGGER_PACEMAKER_CONFIGS",), "pacemaker_configs",
+           "cluster mode: also read pod-pacemaker's PacemakerConfig objects (woehrl.net/v1alpha) from the API "
+           "server as node policies, live; the policy file's win ties and names", boolean),
+    Option("--pacemaker-recheck", ("STAGGER_PACEMAKER_RECHECK",), "pacemaker_recheck",
+           "--pacemaker-configs: while the PacemakerConfig CRD is not installed, look for it again this often "
+           "(default 60s)", seconds(), "DURATION"),
     Option("--no-events", ("STAGGER_NO_EVENTS",), "no_events", "do not write Events on pods", boolean),
     options.LOG_LEVEL,
 )  # fmt: skip
@@ -320,6 +357,15 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     server = settings.server
     if (server.host, server.port) == (server.probe_host, server.probe_port) and server.port != 0:
         raise SettingsError(f"--probe-listen: must differ from --listen (both {server.host}:{server.port})")
+    startup_lock = server.pod_startup_lock_port
+    probe_port = server.probe_port if server.probe_host is not None else 0
+    if startup_lock and startup_lock in (server.port, probe_port):
+        which = "--listen" if startup_lock == server.port else "--probe-listen"
+        raise SettingsError(f"--pod-startup-lock-port: must differ from {which}'s port (both {startup_lock})")
+    if settings.cluster.pacemaker_configs and settings.standalone:
+        raise SettingsError(
+            "--pacemaker-configs: only in cluster mode (the objects are read from the API server)"
+        )
     if settings.queue.state_file is not None and not settings.standalone:
         raise SettingsError(
             "--state-file: only for --standalone (in a cluster, lockd rebuilds its slots from the pods)"

@@ -41,6 +41,7 @@ class SlotStatus(TypedDict, total=False):
     phase: str  # cluster mode
     heldBecause: str  # cluster mode
     readinessProbe: str  # cluster mode: lockd's last run of the pod's probes, or why it runs none
+    via: str  # the listener it was asked on, when not the lock port: "podStartupLock" (lockd.startuplock)
 
 
 class QueueStatus(TypedDict, total=False):
@@ -115,6 +116,8 @@ def build_status(
             "expiresInSeconds": round(max(0.0, slot.expires_at - now), 3),
             "pending": slot.pending,
         }
+        if slot.via:
+            entry["via"] = slot.via
         if details is not None and not slot.anonymous:
             found = details((slot.namespace, slot.name))
             entry["phase"], entry["heldBecause"] = found["phase"], found["heldBecause"]
@@ -174,11 +177,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _dependency_line(dependency: DependencyStatus) -> str:
+    # A target with $(NODE_NAME) or $(NODE_IP) is shown as this node checks it too.
+    checked = dependency.get("checkedTarget")
+    name = dependency["name"] + (f" [{checked}]" if checked and checked != dependency["target"] else "")
     ago = dependency["checkedSecondsAgo"]
     if ago is None:
-        return f"dependency {dependency['name']}: not checked yet"
+        return f"dependency {name}: not checked yet"
     state = "up" if dependency["up"] else f"DOWN: {dependency['error']}"
-    return f"dependency {dependency['name']}: {state} (checked {ago:.1f}s ago)"
+    return f"dependency {name}: {state} (checked {ago:.1f}s ago)"
 
 
 def _load_number(throttle: str, value: float) -> str:
@@ -231,9 +237,12 @@ def render_text(status: Status) -> str:
     if status["slots"]:
         # The HELD BECAUSE column only means something in cluster mode, where lockd sees the pods.
         cluster = any("heldBecause" in s for s in status["slots"])
+        # VIA only when a slot was asked for on another port than the lock port's.
+        via = any("via" in s for s in status["slots"])
         headers = ["NAMESPACE", "NAME", "UID", "GRANTED", "AGE", "EXPIRES IN"] + (
             ["HELD BECAUSE"] if cluster else []
         )
+        headers += ["VIA"] if via else []
         rows = [
             [
                 s["namespace"] or "-",
@@ -244,6 +253,7 @@ def render_text(status: Status) -> str:
                 f"{s['expiresInSeconds']:.0f}s",
             ]
             + (["granting…" if s.get("pending") else s.get("heldBecause", "-")] if cluster else [])
+            + ([s.get("via", "lock port")] if via else [])
             for s in status["slots"]
         ]
         out += ["  " + line for line in _table(headers, rows)]
