@@ -3,8 +3,10 @@
 
 Admission (`POST /mutate/pods`) is `webhook.admission.review` over HTTP: it needs no state and no API
 call, so every replica answers it, leader or not; only for a pod in evict mode does it first ask the
-group part (`EVICT_DECIDER`: the leader's counts) whether to hold it. `POST /mutate/jobs` is
-`webhook.admission.review_job`. It never denies a pod: a body that is not an
+group part (`EVICT_DECIDER`: the leader's counts) whether to hold it. `POST /mutate/pods/namespace` and
+`POST /mutate/pods/scheduler` are the same for pods opted in by their namespace or their scheduler
+(`webhook.admission.optin`; counted apart by route in stagger_controller_requests_total).
+`POST /mutate/jobs` is `webhook.admission.review_job`. It never denies a pod: a body that is not an
 AdmissionReview gets 400 (413 over `--max-body`) with `{"error": reason}`, and an internal error admits
 the pod unchanged with a warning, is counted (`result="error"`) and logged (with its traceback the first
 time). Every answer carries `X-Stagger-Admission-Ms`, the time spent in the handler.
@@ -225,10 +227,20 @@ async def _read_review(request: web.Request, began: float) -> object | web.Respo
 
 
 async def _evict_answer(
-    app: web.Application, body: object, current: Admission
+    app: web.Application,
+    body: object,
+    current: Admission,
+    *,
+    route: admission.Route = "label",
+    scheduler_names: tuple[str, ...] = (),
 ) -> admission.EvictAnswer | None:
     question = admission.evict_question(
-        body, policies=current.policies, names=current.names, settings=current.inject
+        body,
+        policies=current.policies,
+        names=current.names,
+        settings=current.inject,
+        route=route,
+        scheduler_names=scheduler_names,
     )
     if question is None:
         return None
@@ -273,13 +285,14 @@ async def _admission(request: web.Request, review: Review, *, log_warnings: bool
     return _answer(request, began, 200, answer, result)
 
 
-async def mutate_pods(request: web.Request) -> web.Response:
-    """`POST /mutate/pods`: one AdmissionReview v1 in, its answer out (see the module docstring)."""
+async def _mutate_pods(request: web.Request, *, route: admission.Route) -> web.Response:
+    """One AdmissionReview v1 in, its answer out, the pod opted in by `route` (see the module docstring)."""
+    scheduler_names = request.app[SETTINGS].inject.scheduler_names
 
     async def review(
         body: object, current: Admission, errors: list[Exception]
     ) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
-        evict = await _evict_answer(request.app, body, current)
+        evict = await _evict_answer(request.app, body, current, route=route, scheduler_names=scheduler_names)
         return admission.review(
             body,
             policies=current.policies,
@@ -287,9 +300,28 @@ async def mutate_pods(request: web.Request) -> web.Response:
             settings=current.inject,
             internal_errors=errors,
             evict=evict,
+            route=route,
+            scheduler_names=scheduler_names,
         )
 
     return await _admission(request, review, log_warnings=False)
+
+
+async def mutate_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods`: pods labelled `<prefix>/enable: "1"`."""
+    return await _mutate_pods(request, route="label")
+
+
+async def mutate_namespace_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods/namespace`: the pods of a namespace labelled `<prefix>/enable: "1"` (the API
+    server's namespaceSelector chose them), given the label unless they opted out."""
+    return await _mutate_pods(request, route="namespace")
+
+
+async def mutate_scheduler_pods(request: web.Request) -> web.Response:
+    """`POST /mutate/pods/scheduler`: pods naming one of --scheduler-names, given the label and the
+    default scheduler (the name is checked here: none configured, none opted in)."""
+    return await _mutate_pods(request, route="scheduler")
 
 
 async def mutate_jobs(request: web.Request) -> web.Response:
@@ -467,6 +499,14 @@ def make_app(settings: Settings) -> web.Application:
     sections: list[StatusSection] = []
     app[STATUS_SECTIONS] = sections
     app.router.add_post("/mutate/pods", mutate_pods)
+    app.router.add_post("/mutate/pods/namespace", mutate_namespace_pods)
+    app.router.add_post("/mutate/pods/scheduler", mutate_scheduler_pods)
+    if settings.inject.scheduler_names:
+        logger.info(
+            "controller: pods of the schedulers %s are opted in at /mutate/pods/scheduler and given %s",
+            ", ".join(settings.inject.scheduler_names),
+            admission.DEFAULT_SCHEDULER,
+        )
     app.router.add_post("/mutate/jobs", mutate_jobs)
     app.router.add_get("/status", show_status)
     app.cleanup_ctx.append(serving.background("file-reload", _watch_files))

@@ -80,6 +80,26 @@ def _dns_label(text: str, name: str) -> str:
     return _object_name(text, name, subdomain=False)
 
 
+# webhook.admission.optin.DEFAULT_SCHEDULER (the settings are a layer below admission: not imported).
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def _scheduler_names(text: str, name: str) -> tuple[str, ...]:
+    """Comma-separated scheduler names (each a DNS-1123 subdomain, as the API server validates a pod's
+    schedulerName), without repeats; never the default scheduler, which would opt in every pod."""
+    found: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        _object_name(item, name, subdomain=True)
+        if item == DEFAULT_SCHEDULER:
+            raise SettingsError(
+                f"{name}: must not name {DEFAULT_SCHEDULER} (the pods it opts in are given it: every pod "
+                "of the cluster would be opted in)"
+            )
+        if item not in found:
+            found.append(item)
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class InjectionSettings:
     """What admission injects into a pod: the init client's image, and the port of lockd it calls."""
@@ -89,6 +109,9 @@ class InjectionSettings:
     # The pod's service-account token projected into the init client, for lockd to check who asks.
     token_audience: str = DEFAULT_TOKEN_AUDIENCE
     pod_token: bool = True
+    # Pods naming one of these schedulers are opted in at POST /mutate/pods/scheduler and given the
+    # default scheduler (webhook.admission.optin).
+    scheduler_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,6 +240,9 @@ OPTIONS: tuple[Option, ...] = (
            host_port, "HOST:PORT"),
     options.PREFIX,
     options.TOKEN_AUDIENCE,
+    Option("--scheduler-names", ("STAGGER_SCHEDULER_NAMES",), "scheduler_names",
+           "comma-separated scheduler names: a pod naming one is opted in at POST /mutate/pods/scheduler and "
+           f"given {DEFAULT_SCHEDULER} instead (default: none)", _scheduler_names, "NAMES"),
     Option("--no-pod-token", ("STAGGER_NO_POD_TOKEN",), "no_pod_token",
            "do not project the pod's service-account token into the init client (lockd then checks who asks "
            "by name and uid only, or refuses under --require-pod-token)", boolean),

@@ -1,7 +1,7 @@
 """Mutating admission webhooks, as k8s.io/apiserver/pkg/admission/plugin/webhook does them.
 
 Pure parts: which webhooks a request matches (rules, scope, matchPolicy, namespaceSelector,
-objectSelector), the AdmissionReview v1 request, and reading the response (uid check, JSONPatch,
+objectSelector; not matchConditions, see `hook_matches`), the AdmissionReview v1 request, and reading the response (uid check, JSONPatch,
 warnings, denial Status). The shell: `WebhookDispatcher` calls the webhooks over HTTPS with the app's
 one ClientSession, verifying the configuration's caBundle, in the real order (configurations by
 name, webhooks in order) with `reinvocationPolicy: IfNeeded` re-invoking once.
@@ -131,7 +131,13 @@ def _rule_matches(rule: Obj, attrs: Attributes, *, exact: bool) -> bool:
 
 def hook_matches(hook: Obj, attrs: Attributes, *, namespace_labels: Mapping[str, str] | None) -> bool:
     """Rules, then namespaceSelector, then objectSelector (object or old object labels).
-    Raises ApiError for a selector the real server would fail on."""
+    Raises ApiError for a selector the real server would fail on.
+
+    `matchConditions` (CEL) are not evaluated: a webhook is called as if each held. The real server skips
+    the call when one is false (Kubernetes docs, "Dynamic Admission Control", "Matching requests:
+    matchConditions"); here the webhook is sent more, which is right for a webhook that checks what its
+    conditions say itself, as stagger's controller does (a Job's pod template label, a pod's
+    schedulerName). Not a CEL evaluator."""
     if attrs.rtype.name in _NOT_INTERCEPTED:
         return False
     exact = hook.get("matchPolicy") == "Exact"

@@ -10,6 +10,7 @@ import pytest
 
 from tests.chart.helm import (
     CONTROLLER,
+    PREFIX,
     Doc,
     RenderError,
     by_kind,
@@ -139,11 +140,13 @@ def test_affinity_and_spread() -> None:
 def test_the_webhooks_namespace_selector_is_anded_with_the_exclusions() -> None:
     selector = {"matchLabels": {"stagger": "on"}, "matchExpressions": [{"key": "tier", "operator": "Exists"}]}
     docs = render(jsons=(f"controller.webhook.namespaceSelector={json.dumps(selector)}",))
-    hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert len(hooks) == 2
-    for hook in hooks:
+    hooks = {hook["name"]: hook for hook in by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]}
+    assert list(hooks) == [f"{name}.{PREFIX}" for name in ("pods", "jobs", "namespaced-pods")]
+    for name, hook in hooks.items():
         chosen = hook["namespaceSelector"]
-        assert chosen["matchLabels"] == {"stagger": "on"}
+        # The namespace opt-in's own label is ANDed with the user's.
+        own = {f"{PREFIX}/enable": "1"} if name.startswith("namespaced-pods.") else {}
+        assert chosen["matchLabels"] == {**own, "stagger": "on"}
         expressions = chosen["matchExpressions"]
         assert (
             expressions[0]["key"] == "kubernetes.io/metadata.name" and expressions[0]["operator"] == "NotIn"

@@ -4,7 +4,7 @@ certificate Secret, cert-manager, the jobs webhook off, other values) is valid f
 the chart supports, from Chart.yaml's kubeVersion (1.27) to 1.35 (the official schemas via
 kubernetes-validate; cert-manager's own kinds are checked in test_controller_tls; the values files of
 tests/chart/values/ in test_values_files); NOTES.txt says how to opt a pod in (a patch setting the label the
-webhooks select on), list held pods and read a node's lockd /status (a lookup that selects the lockd pod);
+webhooks select on, a namespace's label, the scheduler names; how Jobs are selected), list held pods and read a node's lockd /status (a lookup that selects the lockd pod);
 lockd's DaemonSet carries what cluster mode needs (node name, hostPort, probes, the policy file, every
 toleration), settings lockd accepts, the host /proc only when asked, and no controller wiring without the
 controller; no volume of lockd or the controller is mounted inside another."""
@@ -38,6 +38,7 @@ from tests.chart.helm import (
     render,
     values,
 )
+from tests.chart.test_lockd_vap import notes
 from tests.tools import tool
 
 # The oldest version Chart.yaml accepts, one in between and the newest schema kubernetes-validate ships.
@@ -77,24 +78,37 @@ def test_lint(sets: tuple[str, ...]) -> None:
                 f'{PREFIX}/enable: "1"',
                 f"port-forward svc/{CONTROLLER} 9443:443",
                 "/status?format=text",
-                "the Job itself also carries that label",
+                "when its pod template carries that label, whatever the Job's own labels",
+                f"kubectl label namespace <namespace> {PREFIX}/enable=1",
                 f"kubectl get pods -A -l {PREFIX}/staggered=1",
                 f'"{PREFIX}/enable":"1"',
                 "the chart's configs/_policies.yaml",
             ],
-            ["opt a pod in by hand", "the policies value"],
+            ["opt a pod in by hand", "the policies value", "the Job itself", "Pods naming the scheduler"],
             id="controller",
         ),
         pytest.param(
             ("controller.webhook.jobs=false",),
             [f'{PREFIX}/enable: "1"', f"port-forward svc/{CONTROLLER} 9443:443"],
-            ["the Job itself", "opt a pod in by hand"],
+            ["A Job that an evict-mode policy matches", "opt a pod in by hand"],
             id="jobs-webhook-off",
+        ),
+        pytest.param(
+            ("controller.webhook.namespaceOptIn=false",),
+            [f'{PREFIX}/enable: "1"', "A Job that an evict-mode policy matches"],
+            ["kubectl label namespace"],
+            id="namespace-opt-in-off",
+        ),
+        pytest.param(
+            ("controller.webhook.schedulerNames={straggler,peer}",),
+            ["Pods naming the scheduler straggler or peer are opted in too, and given the default scheduler"],
+            [],
+            id="scheduler-names",
         ),
         pytest.param(
             ("controller.enabled=false",),
             [f'{PREFIX}/enable: "1"', "opt a pod in by hand", "/status?format=text", "9400:9400"],
-            [f"port-forward svc/{CONTROLLER}", "the Job itself", "kubectl patch"],
+            [f"port-forward svc/{CONTROLLER}", "A Job that", "kubectl patch", "kubectl label namespace"],
             id="controller-disabled",
         ),
         pytest.param(
@@ -138,11 +152,30 @@ def test_the_notes_commands_name_real_objects(sets: tuple[str, ...]) -> None:
     assert f"kubectl -n {NAMESPACE} get pods -o name" in notes
     assert f"http://$NODE_IP:{port}/status?format=text" in notes
     assert f'port-forward "$LOCKD" {port}:{port}' in notes
-    # The patch that opts a Deployment in sets the label the webhook selects on.
+    # The patch that opts a Deployment in sets the label the webhooks select on: the pods' by the pod's
+    # labels, the Jobs' by the pod template's, the namespace opt-in's by the namespace's (the same label).
     [patch] = re.findall(r"kubectl patch deployment <name> -p '([^']+)'", notes)
     labels = json.loads(patch)["spec"]["template"]["metadata"]["labels"]
-    hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert all(hook["objectSelector"]["matchLabels"] == labels for hook in hooks)
+    [(key, value)] = labels.items()
+    hooks = {hook["name"]: hook for hook in by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]}
+    prefix = key.removesuffix("/enable")
+    assert list(hooks) == [f"{name}.{prefix}" for name in ("pods", "jobs", "namespaced-pods")]
+    assert hooks[f"pods.{prefix}"]["objectSelector"]["matchLabels"] == labels
+    [condition] = hooks[f"jobs.{prefix}"]["matchConditions"]
+    assert f"object.spec.template.metadata.labels['{key}'] == '{value}'" in condition["expression"]
+    assert hooks[f"namespaced-pods.{prefix}"]["namespaceSelector"]["matchLabels"] == labels
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        pytest.param(("--kube-version=1.27.0",), "when the Job itself also carries that label", id="1.27"),
+        pytest.param(("--kube-version=1.28.0",), "when its pod template carries that label", id="1.28"),
+    ],
+)
+def test_the_notes_say_how_jobs_are_selected(tmp_path: Path, flags: tuple[str, ...], text: str) -> None:
+    # As the Jobs webhook selects them: by matchConditions from 1.28, by the Job's own labels before.
+    assert " ".join(notes(tmp_path, *flags).split()).count(text) == 1
 
 
 def test_the_validated_versions_are_the_charts() -> None:

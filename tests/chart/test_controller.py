@@ -4,9 +4,10 @@ restricted securityContext, a grace period longer than --shutdown-timeout, anti-
 PodDisruptionBudget, the policy file shared with lockd, the two Services (admission to every replica; the
 leader Service selecting the leader label, which lockd's controller URL and the controller's own
 --leader-url name), --admit-timeout (shorter than the webhook's timeout), the token Secret mounted on both
-sides, the MutatingWebhookConfiguration's two webhooks (pods, NoneOnDryRun: evict mode's claims skip dry runs;
-jobs for evict mode, which a value turns off).
-Its RBAC: test_rbac."""
+sides, the MutatingWebhookConfiguration's webhooks by default, keyed by name (pods, NoneOnDryRun: evict mode's
+claims skip dry runs; jobs for evict mode, selected by the pod template's label, which a value turns off;
+namespaced-pods).
+Its RBAC: test_rbac. The opt-in webhooks in detail (namespace, scheduler, Kubernetes versions): test_optin."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tests.chart.helm import (
     render,
     values,
 )
+from tests.chart.test_optin import template_condition
 
 SELECTOR = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "controller"}
 
@@ -252,15 +254,20 @@ def test_lockd_and_the_controller_mount_the_same_token_secret() -> None:
 
 
 def webhooks(*sets: str) -> dict[str, Doc]:
-    """The webhooks of the one MutatingWebhookConfiguration, by the resource they admit."""
+    """The webhooks of the one MutatingWebhookConfiguration, in their order, by name without the prefix
+    (`pods.<prefix>` as "pods"; the tests of the name check the prefix)."""
     hooks = by_kind(render(*sets), "MutatingWebhookConfiguration")["webhooks"]
-    by_resource = {hook["rules"][0]["resources"][0]: hook for hook in hooks}
-    assert len(by_resource) == len(hooks)
-    return by_resource
+    by_name = {hook["name"].split(".", 1)[0]: hook for hook in hooks}
+    assert len(by_name) == len(hooks)
+    return by_name
 
 
-def webhook(*sets: str, resource: str = "pods") -> Doc:
-    return webhooks(*sets)[resource]
+def webhook(*sets: str, name: str = "pods") -> Doc:
+    return webhooks(*sets)[name]
+
+
+# The webhooks a default install registers, in their order.
+DEFAULT_WEBHOOKS = ["pods", "jobs", "namespaced-pods"]
 
 
 def excluding(*namespaces: str) -> Doc:
@@ -272,9 +279,9 @@ def excluding(*namespaces: str) -> Doc:
     }
 
 
-# What the pods' and the jobs' webhooks both have, by default.
+# What the pods' and the jobs' webhooks both have, by default (they select objects differently: the pods'
+# by their own label, the jobs' by their pod template's).
 EITHER_WEBHOOK = [
-    pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
     pytest.param("namespaceSelector", excluding(NAMESPACE, "kube-system"), id="namespaceSelector"),
     pytest.param("failurePolicy", "Ignore", id="failurePolicy"),
     pytest.param("timeoutSeconds", 2, id="timeoutSeconds"),
@@ -288,6 +295,7 @@ EITHER_WEBHOOK = [
     [
         pytest.param("name", f"pods.{PREFIX}", id="name"),
         *EITHER_WEBHOOK,
+        pytest.param("objectSelector", {"matchLabels": {f"{PREFIX}/enable": "1"}}, id="objectSelector"),
         # Evict mode claims the pod's place at admission, and not for a dry run (the claim lapses unless
         # the pod is created, too).
         pytest.param("sideEffects", "NoneOnDryRun", id="sideEffects"),
@@ -329,22 +337,31 @@ JOBS_RULES = [
         pytest.param("rules", JOBS_RULES, id="rules"),
         *EITHER_WEBHOOK,
         pytest.param("sideEffects", "None", id="sideEffects"),
+        # A Job is sent when its pod template is opted in, whatever the Job's own labels.
+        pytest.param(
+            "matchConditions",
+            [{"name": "template-enabled", "expression": template_condition()}],
+            id="matchConditions",
+        ),
+        pytest.param("objectSelector", None, id="no-objectSelector"),
     ],
 )
 def test_jobs_webhook_configuration(field: str, expected: object) -> None:
-    assert webhook(resource="jobs")[field] == expected
+    assert webhook(name="jobs").get(field) == expected
 
 
 def test_the_jobs_webhook_differs_from_the_pods_webhook_only_in_what_it_admits() -> None:
     """And in its side effects: none at all (the pods webhook's evict-mode claims skip dry runs)."""
     hooks = webhooks()
-    assert list(hooks) == ["pods", "jobs"]
+    assert list(hooks) == DEFAULT_WEBHOOKS
     pods, jobs = hooks["pods"], hooks["jobs"]
     assert jobs["clientConfig"]["service"]["path"] == "/mutate/jobs"
+    # Which objects each admits is its own: the pods by their label, the Jobs by their template's (above).
+    own = ("name", "rules", "clientConfig", "sideEffects", "objectSelector", "matchConditions")
 
     def shared(hook: Doc) -> Doc:
         service = {k: v for k, v in hook["clientConfig"]["service"].items() if k != "path"}
-        rest = {k: v for k, v in hook.items() if k not in ("name", "rules", "clientConfig", "sideEffects")}
+        rest = {k: v for k, v in hook.items() if k not in own}
         return {**rest, "clientConfig": {**hook["clientConfig"], "service": service}}
 
     assert shared(jobs) == shared(pods)
@@ -352,51 +369,100 @@ def test_the_jobs_webhook_differs_from_the_pods_webhook_only_in_what_it_admits()
 
 
 @pytest.mark.parametrize(
-    ("sets", "resources"),
+    ("sets", "names"),
     [
-        pytest.param((), ["pods", "jobs"], id="default-on"),
-        pytest.param(("controller.webhook.jobs=true",), ["pods", "jobs"], id="on"),
-        pytest.param(("controller.webhook.jobs=false",), ["pods"], id="off"),
+        pytest.param((), DEFAULT_WEBHOOKS, id="default-on"),
+        pytest.param(("controller.webhook.jobs=true",), DEFAULT_WEBHOOKS, id="on"),
+        pytest.param(("controller.webhook.jobs=false",), ["pods", "namespaced-pods"], id="off"),
     ],
 )
-def test_the_jobs_webhook_can_be_turned_off(sets: tuple[str, ...], resources: list[str]) -> None:
-    assert list(webhooks(*sets)) == resources
+def test_the_jobs_webhook_can_be_turned_off(sets: tuple[str, ...], names: list[str]) -> None:
+    assert list(webhooks(*sets)) == names
     # The pods webhook is unchanged either way (caBundle aside: each render makes its own CA).
     pods = {k: v for k, v in webhook(*sets).items() if k != "clientConfig"}
     assert pods == {k: v for k, v in webhook().items() if k != "clientConfig"}
 
 
 @pytest.mark.parametrize(
-    ("resource", "path"),
-    [pytest.param("pods", "/mutate/pods", id="pods"), pytest.param("jobs", "/mutate/jobs", id="jobs")],
+    ("name", "path"),
+    [
+        pytest.param("pods", "/mutate/pods", id="pods"),
+        pytest.param("jobs", "/mutate/jobs", id="jobs"),
+        pytest.param("namespaced-pods", "/mutate/pods/namespace", id="namespaced-pods"),
+    ],
 )
-def test_webhook_calls_the_admission_service(resource: str, path: str) -> None:
-    service = webhook(resource=resource)["clientConfig"]["service"]
+def test_webhook_calls_the_admission_service(name: str, path: str) -> None:
+    service = webhook(name=name)["clientConfig"]["service"]
     assert service == {"name": CONTROLLER, "namespace": NAMESPACE, "path": path, "port": 443}
     assert named(render(), "Service", CONTROLLER)["spec"]["ports"][0]["port"] == 443
+
+
+def every(value: object) -> dict[str, object]:
+    """The same value for each default webhook."""
+    return dict.fromkeys(DEFAULT_WEBHOOKS, value)
+
+
+OTHER_PREFIX = "stagger.example.com"
 
 
 @pytest.mark.parametrize(
     ("sets", "field", "expected"),
     [
-        pytest.param(("controller.webhook.timeoutSeconds=10",), "timeoutSeconds", 10, id="timeout"),
-        pytest.param(("controller.webhook.failurePolicy=Fail",), "failurePolicy", "Fail", id="failurePolicy"),
+        pytest.param(("controller.webhook.timeoutSeconds=10",), "timeoutSeconds", every(10), id="timeout"),
+        pytest.param(
+            ("controller.webhook.failurePolicy=Fail",), "failurePolicy", every("Fail"), id="failurePolicy"
+        ),
         pytest.param(
             ("controller.webhook.excludeNamespaces={kube-system,monitoring,stagger}",),
             "namespaceSelector",
-            excluding(NAMESPACE, "kube-system", "monitoring"),
+            {
+                **every(excluding(NAMESPACE, "kube-system", "monitoring")),
+                "namespaced-pods": {
+                    "matchLabels": {f"{PREFIX}/enable": "1"},
+                    **excluding(NAMESPACE, "kube-system", "monitoring"),
+                },
+            },
             id="excludeNamespaces",
         ),
         pytest.param(
-            ("prefix=stagger.example.com",),
+            (f"prefix={OTHER_PREFIX}",),
+            "name",
+            {name: f"{name}.{OTHER_PREFIX}" for name in DEFAULT_WEBHOOKS},
+            id="prefix-names",
+        ),
+        pytest.param(
+            (f"prefix={OTHER_PREFIX}",),
             "objectSelector",
-            {"matchLabels": {"stagger.example.com/enable": "1"}},
+            {**every(None), "pods": {"matchLabels": {f"{OTHER_PREFIX}/enable": "1"}}},
             id="prefix",
+        ),
+        pytest.param(
+            (f"prefix={OTHER_PREFIX}",),
+            "matchConditions",
+            {
+                **every(None),
+                "jobs": [
+                    {"name": "template-enabled", "expression": template_condition(f"{OTHER_PREFIX}/enable")}
+                ],
+            },
+            id="prefix-jobs",
+        ),
+        pytest.param(
+            (f"prefix={OTHER_PREFIX}",),
+            "namespaceSelector",
+            {
+                **every(excluding(NAMESPACE, "kube-system")),
+                "namespaced-pods": {
+                    "matchLabels": {f"{OTHER_PREFIX}/enable": "1"},
+                    **excluding(NAMESPACE, "kube-system"),
+                },
+            },
+            id="prefix-namespaces",
         ),
     ],
 )
-def test_webhook_values(sets: tuple[str, ...], field: str, expected: object) -> None:
+def test_webhook_values(sets: tuple[str, ...], field: str, expected: dict[str, object]) -> None:
+    """Each default webhook's field (None: it has none)."""
     hooks = webhooks(*sets)
-    assert list(hooks) == ["pods", "jobs"]
-    for hook in hooks.values():
-        assert hook[field] == expected
+    assert list(hooks) == DEFAULT_WEBHOOKS
+    assert {name: hook.get(field) for name, hook in hooks.items()} == expected

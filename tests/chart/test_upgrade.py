@@ -12,16 +12,28 @@ from pathlib import Path
 from cryptography import x509
 
 from tests.chart.fakeapi import FakeApi, serving
-from tests.chart.helm import CONTROLLER, NAMESPACE, RELEASE, Doc, by_kind, named, render, render_against
+from tests.chart.helm import (
+    CONTROLLER,
+    NAMESPACE,
+    PREFIX,
+    RELEASE,
+    Doc,
+    by_kind,
+    named,
+    render,
+    render_against,
+)
 
 TLS, TOKEN, CA = f"{CONTROLLER}-tls", f"{CONTROLLER}-token", f"{CONTROLLER}-ca"
 
 
 def ca_bundle(docs: list[Doc]) -> str:
-    """The caBundle of the webhooks (pods and jobs), which is one."""
+    """The caBundle of the webhooks (pods, jobs and namespaced pods), which is one."""
     hooks = by_kind(docs, "MutatingWebhookConfiguration")["webhooks"]
     [bundle] = {hook["clientConfig"]["caBundle"] for hook in hooks}
-    assert len(hooks) == 2
+    assert [hook["name"] for hook in hooks] == [
+        f"{name}.{PREFIX}" for name in ("pods", "jobs", "namespaced-pods")
+    ]
     found: str = bundle
     return found
 

@@ -17,6 +17,12 @@ Patch that
   owner, a DaemonSet's, a static pod, a Job's whose failure policy would count the eviction) is paced in
   lock mode instead, with a warning (`evict_ineligible`).
 
+Besides its own label, a pod may be opted in by its namespace's label (`POST /mutate/pods/namespace`) or by
+naming one of the configured schedulers (`POST /mutate/pods/scheduler`, which also gives it the default
+scheduler): both add the enable label to the patch, and a pod whose own enable label says anything but "1"
+has opted out (`optin`). The API server's selection is only trusted where the controller cannot check it
+(the namespace's labels); the scheduler name is checked here.
+
 `POST /mutate/jobs` (`review_job`) adds the rule that keeps a Job from counting an eviction as a failure
 (`job_mutation`) to the Jobs whose pods evict mode may hold.
 
@@ -27,8 +33,8 @@ AdmissionReview at all gets 400 with `{"error": reason}`. Dry-run requests are p
 patch has no side effects.
 
 The parts: what is added to a pod (`inject`), evict mode's question and answer (`evict`), one review in and
-one answer out (`review`), the pods' mutation (`pods`), the Jobs' (`jobs`), and the AdmissionReview shapes
-on the wire (`wire`). This package's names are their public API.
+one answer out (`review`), how a pod is opted in (`optin`), the pods' mutation (`pods`), the Jobs' (`jobs`),
+and the AdmissionReview shapes on the wire (`wire`). This package's names are their public API.
 """
 
 from __future__ import annotations
@@ -45,17 +51,22 @@ from webhook.admission.inject import (
     unreachable_wait_for,
 )
 from webhook.admission.jobs import DISRUPTION_IGNORE_RULE, job_mutation, review_job
+from webhook.admission.optin import DEFAULT_SCHEDULER, ROUTES, OptIn, Route, opt_in
 from webhook.admission.pods import mutation, review
 from webhook.admission.review import INTERNAL_ERROR_WARNING
 
 __all__ = [
+    "DEFAULT_SCHEDULER",
     "DISRUPTION_IGNORE_RULE",
     "HOLD_CONTAINER",
     "IDLE_COMMAND",
     "INTERNAL_ERROR_WARNING",
+    "ROUTES",
     "EvictAnswer",
     "EvictQuestion",
     "InjectSettings",
+    "OptIn",
+    "Route",
     "escape_pointer",
     "evict_ineligible",
     "evict_question",
@@ -63,6 +74,7 @@ __all__ = [
     "job_mutation",
     "max_wait_for",
     "mutation",
+    "opt_in",
     "review",
     "review_job",
     "stub_container",

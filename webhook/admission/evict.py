@@ -4,7 +4,7 @@ place, or hold it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,6 +14,7 @@ from stagger.matching import Pair
 from stagger.names import Names
 from stagger.policy import StaggeringPolicy
 from webhook.admission.inject import InjectSettings, already_done
+from webhook.admission.optin import Route, opt_in
 from webhook.admission.review import is_pod_create, request_problem
 
 __all__ = ["EvictAnswer", "EvictQuestion", "evict_ineligible", "evict_question", "with_namespace"]
@@ -68,11 +69,19 @@ def evict_ineligible(pod: Mapping[str, Any], *, names: Names) -> str | None:
 
 
 def evict_question(
-    body: object, *, policies: Sequence[StaggeringPolicy], names: Names, settings: InjectSettings
+    body: object,
+    *,
+    policies: Sequence[StaggeringPolicy],
+    names: Names,
+    settings: InjectSettings,
+    route: Route = "label",
+    scheduler_names: Collection[str] = (),
 ) -> EvictQuestion | None:
     """The question to ask the leader before `review` for this AdmissionReview, or None when there is
-    none (not a pod being created in evict mode that may be held). Never raises: a body `review` would
-    refuse, or a grouping expression that fails, asks nothing (`review` answers)."""
+    none (not a pod being created in evict mode that may be held; `route` and `scheduler_names` as for
+    `review`: a pod opted in by its namespace or its scheduler is asked about as the labelled pod it will
+    be). Never raises: a body `review` would refuse, or a grouping expression that fails, asks nothing
+    (`review` answers)."""
     try:
         if request_problem(body) is not None:
             return None
@@ -80,9 +89,10 @@ def evict_question(
         request = body["request"]
         if not is_pod_create(request):
             return None
-        pod = with_namespace(request["object"], request.get("namespace"))
-        if matching.pod_labels(pod).get(names.enable_label) != "1":
+        chosen = opt_in(request["object"], route=route, names=names, scheduler_names=scheduler_names)
+        if chosen is None:
             return None
+        pod = with_namespace(chosen.pod, request.get("namespace"))
         spec = pod.get("spec")
         if not isinstance(spec, Mapping) or already_done(spec, settings):
             return None

@@ -4,7 +4,8 @@ AdmissionReview around it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from stagger import matching
@@ -24,6 +25,7 @@ from webhook.admission.inject import (
     stub_ops,
     token_volume_ops,
 )
+from webhook.admission.optin import Route, opt_in
 from webhook.admission.review import answer_review, is_pod_create
 
 __all__ = ["is_pod_create", "mutation", "review"]
@@ -37,28 +39,39 @@ def mutation(
     settings: InjectSettings,
     namespace: str | None = None,
     evict: EvictAnswer | None = None,
+    route: Route = "label",
+    scheduler_names: Collection[str] = (),
 ) -> tuple[list[wire.PatchOperation], list[str]]:
     """The JSON Patch for a pod being created, and the warnings for its author; ([], []) for a pod stagger
     leaves alone. `namespace` (the request's) stands in for a missing metadata.namespace when grouping.
     `evict`: the leader's answer for a pod in evict mode (None: nobody could be asked, lock mode).
+    `route`: how the pod may be opted in (`opt_in`: its label, its namespace's, its scheduler among
+    `scheduler_names`); the namespace and scheduler routes add the enable label to the patch.
 
     May raise on a pod too malformed to patch (no spec) or from a grouping expression: `review` turns any
     exception into "admitted unchanged"."""
-    if matching.pod_labels(pod).get(names.enable_label) != "1":
+    chosen = opt_in(pod, route=route, names=names, scheduler_names=scheduler_names)
+    if chosen is None:
         return [], []
+    # From here on the pod as it will be: labelled, so that the placement's labels are added to its label
+    # map instead of replacing it, and policies selecting the enable label match it.
+    pod = chosen.pod
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise ValueError("the pod has no spec")
     if already_done(spec, settings):
-        return [], []
+        # Reinvoked, or the pod matched another of the webhooks first: mutated once. What the route
+        # changes (the label, the scheduler) is still owed when the other webhook did not change it.
+        return list(chosen.ops), list(chosen.warnings)
     metadata = pod.get("metadata")
     if not isinstance(metadata, Mapping):
         raise ValueError("the pod has no metadata")
     pod = with_namespace(pod, namespace)
     placement = matching.match_pod(pod, policies)
 
-    ops: list[wire.PatchOperation] = []
-    warnings: list[str] = list(placement.warnings) if placement is not None else []
+    ops: list[wire.PatchOperation] = list(chosen.ops)
+    warnings: list[str] = list(chosen.warnings)
+    warnings.extend(placement.warnings if placement is not None else ())
     hold = placement is not None and not placement.fully_bypassed
     if placement is not None and placement.mode == "evict" and hold:
         ineligible = evict_ineligible(pod, names=names)
@@ -81,7 +94,10 @@ def mutation(
     max_wait = settings.max_wait
     if hold:
         assert placement is not None
-        max_wait = max(max_wait, placement.max_blocked_duration)
+        # maxBlockedDuration "never" (math.inf) leaves the pod's own bound, the controller's maxWait: an
+        # init client that could wait for ever would keep its pod from starting for ever.
+        if math.isfinite(placement.max_blocked_duration):
+            max_wait = max(max_wait, placement.max_blocked_duration)
     container = init_container(settings, max_wait=max_wait)
     if isinstance(spec.get("initContainers"), list) and spec["initContainers"]:
         ops.append(add_op("/spec/initContainers/0", container))
@@ -146,9 +162,12 @@ def review(
     settings: InjectSettings,
     internal_errors: list[Exception] | None = None,
     evict: EvictAnswer | None = None,
+    route: Route = "label",
+    scheduler_names: Collection[str] = (),
 ) -> tuple[int, wire.ReviewOut | wire.ErrorBody]:
     """The HTTP status and body answering one AdmissionReview (`body` is the decoded JSON). `evict`: the
-    leader's answer to `evict_question` for this review, if it asked one.
+    leader's answer to `evict_question` for this review, if it asked one. `route`, `scheduler_names`: how
+    the pod may be opted in (`mutation`).
 
     400 `{"error": reason}` when `body` is not an AdmissionReview request; otherwise 200 and a response
     that allows the pod, with a patch when stagger changes it. An exception while building the patch is
@@ -158,7 +177,14 @@ def review(
         body,
         applies=is_pod_create,
         mutate=lambda pod, namespace: mutation(
-            pod, policies=policies, names=names, settings=settings, namespace=namespace, evict=evict
+            pod,
+            policies=policies,
+            names=names,
+            settings=settings,
+            namespace=namespace,
+            evict=evict,
+            route=route,
+            scheduler_names=scheduler_names,
         ),
         internal_errors=internal_errors,
     )
