@@ -20,6 +20,7 @@ from stagger.selectors import LabelSelector, label_key_problem, label_value_prob
 
 __all__ = [
     "PEERS",
+    "ChartValue",
     "Conversion",
     "Input",
     "InvalidInput",
@@ -31,6 +32,7 @@ __all__ = [
     "unique_name",
     "unknown_keys",
     "yaml_documents",
+    "yaml_problem",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,15 +50,31 @@ class Input:
 
 
 @dataclass(frozen=True)
+class ChartValue:
+    """A value of stagger's chart the converted cluster needs, as a dotted key (`lockd.podStartupLock.port`)
+    and its value; `why` in a few words; `when`: the condition under which it is needed ("" always), a
+    conditional value is not part of the `--set` line `convert` prints."""
+
+    key: str
+    value: Any
+    why: str
+    when: str = ""
+
+
+@dataclass(frozen=True)
 class Conversion:
     """What a peer's configuration means in stagger. `not_carried` are the things it says that stagger
     cannot (each one sentence: what, and why); `notes` what a reader should know about how the rest was
-    carried over (the stagger equivalent chosen, an opt-in label)."""
+    carried over (the stagger equivalent chosen, an opt-in label); `chart_values` what stagger's chart must
+    be given for the peer's pods and clients to work unchanged; `no_longer_needed` the peer's objects to
+    delete once stagger runs (each one sentence)."""
 
     staggering_policies: tuple[StaggeringPolicy, ...] = ()
     node_policies: tuple[NodePolicy, ...] = ()
     not_carried: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    chart_values: tuple[ChartValue, ...] = ()
+    no_longer_needed: tuple[str, ...] = ()
 
 
 class UnknownFormat(ValueError):
@@ -64,7 +82,8 @@ class UnknownFormat(ValueError):
 
 
 class InvalidInput(ValueError):
-    """The input is a peer's format but the peer itself would refuse it; `errors` names each problem."""
+    """The input is a peer's format but the peer itself would refuse it (it would not start, or the API
+    server would not take the object); `errors` names each problem, each line beginning with the file."""
 
     def __init__(self, errors: Sequence[str]) -> None:
         self.errors = tuple(errors)
@@ -77,6 +96,20 @@ def yaml_documents(text: str) -> list[Any] | None:
         return [document for document in yaml.safe_load_all(text) if document is not None]
     except (yaml.YAMLError, RecursionError, ValueError):
         return None
+
+
+def yaml_problem(text: str) -> str | None:
+    """Why `text` is not YAML (the parser's first line, with where), or None when it is."""
+    try:
+        for _ in yaml.safe_load_all(text):
+            pass
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{error.problem or error.context or 'not YAML'}{where}"
+    except (yaml.YAMLError, RecursionError, ValueError) as error:
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    return None
 
 
 def go_get(mapping: Mapping[Any, Any], field: str) -> Any:
@@ -117,7 +150,7 @@ def unique_name(name: str, *, taken: set[str]) -> str:
 def label_map(raw: object, *, path: str) -> tuple[LabelSelector | None, list[str], list[str]]:
     """A peer's `map[string]string` of labels as a selector, the problems that make it none (an entry no pod
     label can equal: left out, the selector would match more pods than the peer's), and notes: a scalar
-    value read as its text (`1` as "1"), which Go's decoder would refuse."""
+    value read as its text (`1` as "1"), as sigs.k8s.io/yaml reads a number or a bool for a string."""
     if raw is None:
         return None, [], []
     if not isinstance(raw, Mapping):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from kubectl_stagger.convert.common import Peer, UnknownFormat, go_get, yaml_documents
+from kubectl_stagger.convert.common import Peer, UnknownFormat, go_get, yaml_documents, yaml_problem
 from kubectl_stagger.convert.herd import is_herd
 from kubectl_stagger.convert.pacemaker import is_pacemaker
 from kubectl_stagger.convert.startuplock import is_startup_lock
@@ -40,4 +40,7 @@ def detect(text: str, *, source: str) -> Peer:
         return "thundering-herd"
     if is_startup_lock(text):
         return "pod-startup-lock"
-    raise UnknownFormat(f"{source}: none of the formats convert reads: {KNOWN_FORMATS}")
+    # A YAML flattened to one line (copied from a web page) is no YAML at all: the parser says where.
+    problem = yaml_problem(text)
+    said = f" (not YAML: {problem})" if problem else ""
+    raise UnknownFormat(f"{source}: none of the formats convert reads{said}: {KNOWN_FORMATS}")

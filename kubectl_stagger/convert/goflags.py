@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = ["Command", "FlagKind", "Parsed", "commands_in_documents", "commands_in_text", "parse_flags"]
@@ -21,13 +21,28 @@ FlagKind = Literal["string", "int", "bool", "list"]
 
 @dataclass(frozen=True)
 class Command:
-    """One command line: its words, the container image it runs in (when known), and the node selector of
-    the pods it runs in (a DaemonSet's)."""
+    """One command line: its words, the container image it runs in (when known), and, for a container of a
+    pod template: the node selector and host network of its pods (a DaemonSet's), its environment (`env`:
+    each variable as `fieldRef:<path>`, `value:<text>` or `other`; None for a command line of a text,
+    whose environment is unknown), whether it has `envFrom` too, and the object it is in ("DaemonSet x")."""
 
     words: tuple[str, ...]
     where: str
     image: str = ""
     node_selector: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] | None = None
+    env_from: bool = False
+    host_network: bool = False
+    owner: str = ""
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """What a container's command line inherits from the pod template (and the object) around it."""
+
+    node_selector: Mapping[str, Any] = field(default_factory=dict)
+    host_network: bool = False
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,36 +145,73 @@ def _strings(raw: object) -> list[str] | None:
     return None
 
 
-def _walk(node: object, *, where: str, node_selector: Mapping[str, Any]) -> Iterator[Command]:
+def _env(raw: object) -> dict[str, str]:
+    """A container's `env` as `Command.env` spells it."""
+    env: dict[str, str] = {}
+    for each in raw if isinstance(raw, list) else []:
+        if not isinstance(each, Mapping) or not isinstance(each.get("name"), str):
+            continue
+        source = each.get("valueFrom")
+        field_ref = source.get("fieldRef") if isinstance(source, Mapping) else None
+        if isinstance(field_ref, Mapping) and isinstance(field_ref.get("fieldPath"), str):
+            env[each["name"]] = f"fieldRef:{field_ref['fieldPath']}"
+        elif source is None:
+            env[each["name"]] = f"value:{each.get('value') or ''}"
+        else:
+            env[each["name"]] = "other"
+    return env
+
+
+def _pod(node: Mapping[Any, Any], pod: _Pod) -> _Pod:
+    """The pod around a mapping: a pod spec (it has `containers`) sets the node selector and host network;
+    a Kubernetes object names the owner."""
+    if isinstance(node.get("kind"), str) and isinstance(node.get("metadata"), Mapping):
+        pod = _Pod(pod.node_selector, pod.host_network, f"{node['kind']} {node['metadata'].get('name', '')}")
+    if isinstance(node.get("containers"), list):
+        selector = node.get("nodeSelector")
+        pod = _Pod(
+            selector if isinstance(selector, Mapping) else {}, node.get("hostNetwork") is True, pod.owner
+        )
+    return pod
+
+
+def _walk(node: object, *, where: str, pod: _Pod) -> Iterator[Command]:
     if isinstance(node, Mapping):
-        if isinstance(node.get("containers"), list) and isinstance(node.get("nodeSelector"), Mapping):
-            node_selector = node["nodeSelector"]
+        pod = _pod(node, pod)
         words = (_strings(node.get("command")) or []) + (_strings(node.get("args")) or [])
         if words:
-            yield Command(tuple(words), where, image=_image(node.get("image")), node_selector=node_selector)
+            is_container = "name" in node and "image" in node
+            yield Command(
+                tuple(words),
+                where,
+                image=_image(node.get("image")),
+                node_selector=pod.node_selector,
+                env=_env(node.get("env")) if is_container else None,
+                env_from=bool(node.get("envFrom")),
+                host_network=pod.host_network,
+                owner=pod.owner,
+            )
         for key, value in node.items():
             if key not in ("command", "args"):
-                yield from _walk(
-                    value, where=f"{where}.{key}" if where else str(key), node_selector=node_selector
-                )
+                yield from _walk(value, where=f"{where}.{key}" if where else str(key), pod=pod)
     elif isinstance(node, list):
         listed = _strings(node)
         if listed:
-            yield Command(tuple(listed), where or "the list", node_selector=node_selector)
+            yield Command(
+                tuple(listed), where or "the list", node_selector=pod.node_selector, owner=pod.owner
+            )
             return
         for index, value in enumerate(node):
-            yield from _walk(value, where=f"{where}[{index}]", node_selector=node_selector)
+            yield from _walk(value, where=f"{where}[{index}]", pod=pod)
 
 
 def commands_in_documents(documents: Sequence[Any], *, source: str) -> list[Command]:
-    """Every command line of YAML documents: containers' `command` + `args` (with the image and the pod
-    template's nodeSelector), a Helm values' `args`, a bare list of words."""
+    """Every command line of YAML documents: containers' `command` + `args` (with the image, the container's
+    env and the pod template's nodeSelector and hostNetwork), a Helm values' `args`, a bare list of words."""
     commands: list[Command] = []
     for index, document in enumerate(documents):
         prefix = f"{source}: " + (f"document {index + 1}: " if len(documents) > 1 else "")
-        for command in _walk(document, where="", node_selector={}):
+        for command in _walk(document, where="", pod=_Pod()):
             if any(word.startswith("-") for word in command.words):
-                commands.append(
-                    Command(command.words, prefix + command.where, command.image, command.node_selector)
-                )
+                commands.append(replace(command, where=prefix + command.where))
     return commands

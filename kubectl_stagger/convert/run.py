@@ -2,30 +2,35 @@
 converted together (pod-startup-lock's lock and k8s-health flags make one node policy), the policies of
 every peer put in one policy file with unique names, written as the policy file's YAML
 (`stagger.policy.render`) and loaded back by stagger's own loader before it is shown: what `convert`
-prints is a file lockd and the controller load, meaning exactly the policies made here."""
+prints is a file lockd and the controller load, meaning exactly the policies made here. What the converted
+cluster still needs comes last among the notes: stagger's chart values (and one `--set` line of those that
+are always needed), then the peers' objects to delete."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
 from kubectl_stagger.convert import herd, pacemaker, startuplock, straggler
 from kubectl_stagger.convert.common import (
+    ChartValue,
     Conversion,
     Input,
     Peer,
     UnknownFormat,
     unique_name,
     yaml_documents,
+    yaml_problem,
 )
 from kubectl_stagger.convert.detect import detect
 from stagger import policy
 from stagger.policy.render import policy_document
 
-__all__ = ["Converted", "OutputDoesNotLoad", "convert_inputs", "render_text"]
+__all__ = ["Converted", "OutputDoesNotLoad", "convert_inputs", "helm_set", "render_text"]
 
 _P = TypeVar("_P", policy.StaggeringPolicy, policy.NodePolicy)
 
@@ -48,12 +53,15 @@ _LOOKS_LIKE: dict[Peer, Callable[[str], bool]] = {
 
 @dataclass(frozen=True)
 class Converted:
-    """The policy file, its YAML as printed, and the lines for stderr."""
+    """The policy file, its YAML as printed, and the lines for stderr (`notes` ends with the chart values
+    and the objects no longer needed, as printed)."""
 
     policy_file: policy.PolicyFile
     text: str
     not_carried: tuple[str, ...]
     notes: tuple[str, ...]
+    chart_values: tuple[ChartValue, ...] = ()
+    no_longer_needed: tuple[str, ...] = ()
 
 
 class OutputDoesNotLoad(RuntimeError):
@@ -68,7 +76,9 @@ def _grouped(inputs: Sequence[Input], *, peer: Peer | None) -> dict[Peer, list[I
     groups: dict[Peer, list[Input]] = {}
     for each in inputs:
         if peer is not None and not _LOOKS_LIKE[peer](each.text):
-            raise UnknownFormat(f"{each.source}: no {peer} configuration found in it (--from {peer})")
+            problem = yaml_problem(each.text) if peer != "pod-startup-lock" else None
+            said = f" (not YAML: {problem})" if problem else ""
+            raise UnknownFormat(f"{each.source}: no {peer} configuration found in it{said} (--from {peer})")
         groups.setdefault(peer or detect(each.text, source=each.source), []).append(each)
     return groups
 
@@ -104,11 +114,46 @@ def _shadowed(nodes: Sequence[policy.NodePolicy]) -> list[str]:
     return lines
 
 
+def _set_value(value: Any) -> str:
+    """A value as `helm --set` reads it: a list as {a,b}, a string as it is, others as YAML writes them."""
+    if isinstance(value, list | tuple):
+        return "{" + ",".join(_set_value(each) for each in value) + "}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def helm_set(values: Sequence[ChartValue]) -> str:
+    """The `--set` flags of the values needed whatever the user chooses (quoted where a shell would split
+    or expand them)."""
+    flags = []
+    for each in values:
+        if each.when:
+            continue
+        flag = f"{each.key}={_set_value(each.value)}"
+        flags.append(f"--set '{flag}'" if any(c in flag for c in "{}, *?[]$") else f"--set {flag}")
+    return " ".join(flags)
+
+
+def _still_needed(values: Sequence[ChartValue], obsolete: Sequence[str]) -> list[str]:
+    """The notes that end the output: each chart value, the `--set` line, what to delete."""
+    lines = []
+    for each in values:
+        shown = json.dumps(each.value) if not isinstance(each.value, str) else each.value
+        when = f" ({each.when})" if each.when else ""
+        lines.append(f"chart value{when}: {each.key}: {shown}: {each.why}")
+    if flags := helm_set(values):
+        lines.append(f"chart values as flags of helm install or upgrade: {flags}")
+    lines += [f"no longer needed: {each}" for each in obsolete]
+    return lines
+
+
 def render_text(policy_file: policy.PolicyFile, *, sources: Sequence[tuple[Peer, Sequence[Input]]]) -> str:
     said = "; ".join(f"{peer} ({', '.join(each.source for each in group)})" for peer, group in sources)
     header = (
         f"# A stagger policy file, converted by `kubectl stagger convert` from {said}.\n"
-        "# What could not be carried over was said on stderr. Check it: kubectl stagger check-policy FILE\n"
+        "# What could not be carried over, the chart values it needs and what to delete were said on stderr.\n"
+        "# Check it: kubectl stagger check-policy FILE\n"
     )
     return header + yaml.safe_dump(policy_document(policy_file), sort_keys=False, allow_unicode=True)
 
@@ -120,6 +165,8 @@ def convert_inputs(inputs: Sequence[Input], *, peer: Peer | None = None) -> Conv
     nodes: list[policy.NodePolicy] = []
     not_carried: list[str] = []
     notes: list[str] = []
+    values: list[ChartValue] = []
+    obsolete: list[str] = []
     taken: dict[str, set[str]] = {"staggering": set(), "node": set()}
     for found, group in groups.items():
         conversion = _CONVERTERS[found](group, peer is not None)
@@ -134,6 +181,8 @@ def convert_inputs(inputs: Sequence[Input], *, peer: Peer | None = None) -> Conv
         notes += renamed + renamed_nodes
         not_carried += conversion.not_carried
         notes += conversion.notes
+        values += [each for each in conversion.chart_values if each not in values]
+        obsolete += [each for each in conversion.no_longer_needed if each not in obsolete]
     not_carried += _shadowed(nodes)
     policy_file = policy.PolicyFile(staggering_policies=tuple(staggering), node_policies=tuple(nodes))
     text = render_text(policy_file, sources=list(groups.items()))
@@ -143,4 +192,11 @@ def convert_inputs(inputs: Sequence[Input], *, peer: Peer | None = None) -> Conv
         raise OutputDoesNotLoad(error.errors) from error
     if loaded != policy_file:
         raise OutputDoesNotLoad([f"it loads as {loaded!r}, not as {policy_file!r}"])
-    return Converted(policy_file=policy_file, text=text, not_carried=tuple(not_carried), notes=tuple(notes))
+    return Converted(
+        policy_file=policy_file,
+        text=text,
+        not_carried=tuple(not_carried),
+        notes=(*notes, *_still_needed(values, obsolete)),
+        chart_values=tuple(values),
+        no_longer_needed=tuple(obsolete),
+    )

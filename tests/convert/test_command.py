@@ -1,8 +1,10 @@
 """`kubectl stagger convert` as a command: input that is none of the peers' formats is refused with exit 7 and
 what convert reads (a stagger policy file is pointed at check-policy); `--from` naming another peer than the
 file's is refused too; several peers' files make one policy file whose names stay unique, and a node policy
-that another one shadows is said; `-` reads stdin; an unreadable file is exit 1; `--help` shows the command,
-its examples and exit code 7."""
+that another one shadows is said, and what the cluster still needs ends stderr: every peer's chart values
+and one `--set` line of those always needed, then the objects to delete; `-` reads stdin; an unreadable
+file is exit 1; a YAML flattened to one line (copied from a web page) is exit 7 saying where it is no YAML;
+`--help` shows the command, its examples and exit code 7."""
 
 from __future__ import annotations
 
@@ -75,7 +77,10 @@ def test_several_peers_make_one_policy_file_read_from_stdin_too() -> None:
 
 
 def test_names_stay_unique_across_peers() -> None:
-    config = "apiVersion: woehrl.net/v1alpha\nkind: PacemakerConfig\nmetadata: {name: pod-startup-lock}\nspec:\n  priority: 5\n"
+    config = (
+        "apiVersion: woehrl.net/v1alpha\nkind: PacemakerConfig\nmetadata: {name: pod-startup-lock}\n"
+        "spec: {nodeSelector: {}, priority: 5, throttleConfig: {}}\n"
+    )
     converted = convert_inputs(
         [Input(source="a.yaml", text=config), Input(source="b.txt", text="lock --locks 2\n")]
     )
@@ -86,6 +91,38 @@ def test_names_stay_unique_across_peers() -> None:
     assert "pod-startup-lock: the node policy 'pod-startup-lock' is named 'pod-startup-lock-2'" in "\n".join(
         converted.notes
     )
+
+
+def test_the_chart_values_of_every_peer_end_stderr_with_one_set_line() -> None:
+    run = convert(
+        data("straggler-readme-example.yaml"),
+        data("startup-lock-run-locally.txt"),
+        data("herd-readme-config.yaml"),
+    )
+    values = [note for note in run.notes if note.startswith("chart value")]
+    assert [each.split(": ", 2)[1] for each in values[:-1]] == [
+        "prefix",
+        "lockd.podStartupLock.port",
+        "controller.webhook.schedulerNames",
+    ]
+    assert values[-1] == (
+        "chart values as flags of helm install or upgrade: --set prefix=v1.straggler.technicianted "
+        "--set lockd.podStartupLock.port=9000 --set 'controller.webhook.schedulerNames={thundering-herd-scheduler}'"
+    )
+    obsolete = [note for note in run.notes if note.startswith("no longer needed: ")]
+    assert len(obsolete) == 4 and run.notes[-len(obsolete) :] == obsolete
+
+
+def test_a_yaml_flattened_to_one_line_says_where_it_is_no_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "flat.yaml"
+    path.write_text('staggeringPolicies: - name: image-pull labelSelector: staggerimages: "1"\n')
+    run = convert(path)
+    assert (run.code, run.stdout) == (7, "")
+    assert run.stderr.startswith(
+        f"error: {path}: {UNKNOWN} (not YAML: sequence entries are not allowed here at line 1, column 21): "
+    )
+    forced = convert("--from", "straggler", path)
+    assert forced.code == 7 and "(not YAML: sequence entries are not allowed here" in forced.stderr
 
 
 def test_an_unreadable_file_is_exit_1(tmp_path: Path) -> None:
