@@ -9,7 +9,7 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
-.PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base binaries docker-build docker-push image-docker
+.PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base binaries docker-build docker-push image-docker manifests
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
 $(VENV)/.installed-run: pyproject.toml
@@ -93,6 +93,34 @@ DIST ?= dist
 plugin: venv ## kubectl stagger as a krew plugin: dist/kubectl-stagger (a PEX), dist/kubectl-stagger.tar.gz and its manifest dist/stagger.yaml
 	$(PY) krew/build.py --out $(DIST) $(if $(PLUGIN_URL),--url $(PLUGIN_URL))
 
+# The release manifest for `kubectl apply -f` (README, "Install without Helm"): a Namespace, then the chart
+# rendered by `helm template` into it with charts/stagger/release-values.yaml (cert-manager issues the
+# certificates). Left out: Helm's hooks (the chart's test pod), and the group API token's Secret, which the
+# chart makes random once per install: rendered into a published file it would be the same in every
+# cluster, so the file's first lines say how to make it. Not dist/stagger.yaml: that is krew's manifest
+# (`make plugin`), whose name krew fixes. More `helm template` flags: MANIFEST_ARGS='--set image.repository=...'.
+MANIFEST ?= $(DIST)/install.yaml
+MANIFEST_ARGS ?=
+MANIFEST_NAMESPACE := stagger-system
+manifests: ## the release manifest for `kubectl apply -f`, without Helm: $(MANIFEST) (needs cert-manager in the cluster)
+	PYTHON=$(PYTHON) bash sim/tools.sh .tools/bin
+	mkdir -p $(dir $(MANIFEST))
+	set -o pipefail; { \
+	  printf '%s\n' \
+	    '# stagger for `kubectl apply -f` (`make manifests`: charts/stagger with charts/stagger/release-values.yaml).' \
+	    '# Install cert-manager first: it issues the controller certificates. Then, once, make the token lockd' \
+	    '# and the controller share (not in this file, where it would be the same for every cluster):' \
+	    '#   kubectl -n $(MANIFEST_NAMESPACE) create secret generic stagger-controller-token --from-literal=token="$$(head -c 36 /dev/urandom | base64)"' \
+	    'apiVersion: v1' 'kind: Namespace' 'metadata:' '  name: $(MANIFEST_NAMESPACE)' '  labels:' \
+	    '    app.kubernetes.io/name: stagger' \
+	    '    # lockd has a hostPort, which Pod Security baseline refuses' \
+	    '    pod-security.kubernetes.io/enforce: privileged'; \
+	  .tools/bin/helm template stagger charts/stagger --namespace $(MANIFEST_NAMESPACE) --include-crds \
+	    --skip-tests --no-hooks --values charts/stagger/release-values.yaml $(MANIFEST_ARGS) \
+	  | sed '/^# Source: stagger\/templates\/controller-token\.yaml$$/,/^---$$/d'; \
+	} > $(MANIFEST).tmp || { rm -f $(MANIFEST).tmp; exit 1; }
+	mv -f $(MANIFEST).tmp $(MANIFEST)
+
 CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
 
 control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-manager/-scheduler (testbed/go.mod) into .tools/controlplane; long the first time
@@ -103,7 +131,7 @@ control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-
 # Everything `python -m sim realcluster` needs but the stagger image (docs/testbed.md): the venv, the control plane,
 # kubelet and kube-proxy from testbed/go.mod as the control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
 # containerd, runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
-NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl)
+NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl startup-lock-init)
 CRICTL_VERSION ?= v1.37.0
 
 node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane, kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
@@ -114,6 +142,11 @@ node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane
 
 .tools/nodes/coredns: testbed/coredns/main.go testbed/coredns/go.mod testbed/coredns/go.sum
 	cd testbed/coredns && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../$@.tmp . && mv -f ../../$@.tmp ../../$@
+
+# pod-startup-lock's init client, vendored from its source (the Go module proxy does not serve that repository):
+# the real nodes run it unchanged against lockd's pod-startup-lock port (tests/nodes/test_peers.py).
+.tools/nodes/startup-lock-init: testbed/peers/pod-startup-lock/init/main.go testbed/peers/pod-startup-lock/init/go.mod
+	cd testbed/peers/pod-startup-lock/init && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../../../$@.tmp . && mv -f ../../../../$@.tmp ../../../../$@
 
 .tools/nodes/crictl:
 	mkdir -p .tools/nodes && GOBIN=$(abspath .tools/nodes) CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
