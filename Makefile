@@ -131,7 +131,7 @@ control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-
 # Everything `python -m sim realcluster` needs but the stagger image (docs/testbed.md): the venv, the control plane,
 # kubelet and kube-proxy from testbed/go.mod as the control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
 # containerd, runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
-NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl startup-lock-init)
+NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl startup-lock-init cert-manager/controller cert-manager/cainjector)
 CRICTL_VERSION ?= v1.37.0
 
 node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane, kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
@@ -147,6 +147,11 @@ node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane
 # the real nodes run it unchanged against lockd's pod-startup-lock port (tests/nodes/test_peers.py).
 .tools/nodes/startup-lock-init: testbed/peers/pod-startup-lock/init/main.go testbed/peers/pod-startup-lock/init/go.mod
 	cd testbed/peers/pod-startup-lock/init && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../../../$@.tmp . && mv -f ../../../../$@.tmp ../../../../$@
+
+# cert-manager's controller and cainjector (testbed/certmanager/go.mod), run beside the control plane for the release
+# manifest's certificates (tests/nodes/test_manifest.py).
+.tools/nodes/cert-manager/%: testbed/certmanager/go.mod testbed/certmanager/go.sum
+	mkdir -p $(dir $@) && cd testbed/certmanager && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../$@.tmp github.com/cert-manager/cert-manager/cmd/$* && mv -f ../../$@.tmp ../../$@
 
 .tools/nodes/crictl:
 	mkdir -p .tools/nodes && GOBIN=$(abspath .tools/nodes) CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)

@@ -384,11 +384,10 @@ class Ledger:
         via: str = "",
     ) -> Outcome:
         """pod-startup-lock compatibility: a slot with no identity, only if nobody is queued before it and
-        the node checks' `verdict` allows it. A `key` that holds a slot already is answered from it (a
-        caller known by its address asking again)."""
-        held = self.slots.get(key)
-        if held is not None and not held.pending:
-            return Granted(slot=held, new=False)
+        the node checks' `verdict` allows it. `key` is a new name (the service numbers each one): an anonymous
+        caller is never answered from a slot it may hold, since callers behind one address are many."""
+        if key in self.slots:
+            raise ValueError(f"anonymous slot {key[1]!r} is taken already")
         if self.queue:
             return Denied(
                 reason=f"{pods(len(self.queue))} waiting (first come, first served)",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import itertools
 import logging
 import secrets
 import time
@@ -116,7 +115,8 @@ class LockService:
         self.persist = persist
         # One wake-up per pod that is long-polling now; only the waiters a change could admit are woken.
         self._polls: dict[ledger.PodKey, tuple[Wakeup, int]] = {}
-        self._anonymous_ids = itertools.count(1)
+        # The number in the next anonymous slot's name; taken only by a grant.
+        self._anonymous_number = 1
         self.active = active
         self.checks = self._make_checks(active.node_policy)
         metrics.watch(
@@ -354,13 +354,11 @@ class LockService:
                 )
         return outcome
 
-    def take_anonymous(
-        self, *, duration: float, key: ledger.PodKey | None = None, via: str = ""
-    ) -> ledger.Outcome:
-        """A slot with no pod to it for `duration` seconds: under a `key` of the caller's (its address on
-        pod-startup-lock's port, whose repeated ask is answered from the slot it holds), else a new one."""
-        if key is None:
-            key = ("", f"anonymous-{next(self._anonymous_ids)}")
+    def take_anonymous(self, *, duration: float, prefix: str = "anonymous-", via: str = "") -> ledger.Outcome:
+        """A new slot with no pod to it for `duration` seconds, named `prefix` and a number no slot has: every
+        anonymous grant takes a slot of its own, as pod-startup-lock's lock does (it never knows its callers,
+        so there is no holder asking again to answer from the slot it holds)."""
+        key = self._fresh_anonymous_key(prefix)
         outcome = self.ledger.take_anonymous(
             key=key,
             now=self.clock(),
@@ -369,9 +367,8 @@ class LockService:
             verdict=self._decide(),
             via=via,
         )
-        if isinstance(outcome, ledger.Granted) and not outcome.new:
-            return outcome
         if isinstance(outcome, ledger.Granted):
+            self._anonymous_number += 1
             self.checks.commit()
             self.counters.granted += 1
             self._slots_changed()
@@ -379,6 +376,13 @@ class LockService:
         else:
             self.counters.denied += 1
         return outcome
+
+    def _fresh_anonymous_key(self, prefix: str) -> ledger.PodKey:
+        """The next anonymous name under `prefix` that no slot holds: a slot restored from the state file may
+        hold one from before a restart (the ledger refuses a name that is taken)."""
+        while (key := ("", f"{prefix}{self._anonymous_number}")) in self.ledger.slots:
+            self._anonymous_number += 1
+        return key
 
     def release(self, *, namespace: str, name: str, why: EndReason = "released") -> ledger.Slot | None:
         slot = self.ledger.slots.get((namespace, name))

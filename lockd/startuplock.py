@@ -8,13 +8,20 @@ Anonymous by design, so a caller is known by the one thing it cannot choose, its
   node's and shared, nor finished) asks as that pod would ask on `/v1/lock`, through the same
   `LockService.wait_for_slot` with no wait: the same node checks and limits, dependencies, queue order and
   group pacer, the grant recorded on the pod, and its slot ends when the pod is Ready, as every slot does;
-- any other address (standalone, where no pods are watched; a hostNetwork pod; the node itself) takes an
-  anonymous slot under that address (`LockService.take_anonymous`).
+- any other address (standalone, where no pods are watched; a hostNetwork pod; the node itself; and, most
+  often, the node's bridge) takes a new anonymous slot for each 200 (`LockService.take_anonymous`), named
+  `pod-startup-lock@<address>#<n>` so that `/status` shows the address and the slots stay distinct.
+An address is no caller's identity unless it is one live pod's own: the peer's clients ask `$(HOST_IP)`,
+the node's hostPort, and the CNI portmap plugin (`snat: true`, its default) masquerades traffic from the
+pod subnet to a hostPort of the same node, so every pod of the node usually arrives from one address.
+Answering a repeated ask from that address from the slot it holds would let every pod through, so an
+anonymous ask is treated as pod-startup-lock's own lock treats every ask: each 200 takes a slot for its
+hold (the peer's client stops asking after its 200, so no holder asks again). A caller known by its pod
+IP asking again is answered 200 from its pod's slot.
 No token is asked for (the peer's clients have none): a pod cannot send from another pod's address, which
-is what makes its own IP its proof (as `NodeView.is_pod_request` takes it for a release). A holder asking
-again is answered 200 from the slot it holds. No slot from this port is held longer than
-`--pod-startup-lock-hold` (nor the node policy's holdTimeout); `?duration=N`, whole seconds as
-pod-startup-lock reads them, may shorten it.
+is what makes its own IP its proof (as `NodeView.is_pod_request` takes it for a release). No slot from
+this port is held longer than `--pod-startup-lock-hold` (nor the node policy's holdTimeout);
+`?duration=N`, whole seconds as pod-startup-lock reads them, may shorten it.
 
 The answers are pod-startup-lock's: 200 `Lock acquired`, 423 `Locked`, the latter also while lockd is not
 ready (as the peer answers before its first check) and for a full queue (its clients know no other status).
@@ -47,6 +54,7 @@ __all__ = [
     "VIA",
     "PodAddresses",
     "StartupLockPort",
+    "anonymous_prefix",
     "make_app",
     "make_runner",
     "requested_hold",
@@ -58,7 +66,8 @@ VIA: Final = "podStartupLock"
 """The listener's name: on its slots (`/status`'s `via`) and its answers' metric (`listener` label)."""
 
 ANONYMOUS_NAME: Final = "pod-startup-lock@"
-"""An anonymous slot's name: this and the caller's address (its namespace is empty)."""
+"""An anonymous slot's name: this, the caller's address, `#` and a number (`anonymous_prefix`); its
+namespace is empty."""
 
 _LONGEST_DURATION = 9  # digits: pod-startup-lock's `duration` is seconds; longer is no shorter than any hold
 
@@ -74,6 +83,11 @@ def requested_hold(raw_query: str, *, hold: float) -> float:
     if text.isascii() and text.isdigit() and len(text) <= _LONGEST_DURATION and int(text) > 0:
         return min(float(text), hold)
     return hold
+
+
+def anonymous_prefix(address: str) -> str:
+    """The name of an anonymous slot asked for from `address`, but for its number."""
+    return f"{ANONYMOUS_NAME}{address}#"
 
 
 def own_address(peer: str) -> str:
@@ -175,9 +189,10 @@ class StartupLockPort:
                 namespace=namespace, name=name, uid=uid, wait=0, hold=hold, via=VIA
             )
         else:
+            # A new slot for each 200: the address is usually the node bridge's, shared by all its pods.
             outcome = service.take_anonymous(
                 duration=min(hold, service.node_policy.hold_timeout),
-                key=("", ANONYMOUS_NAME + address),
+                prefix=anonymous_prefix(address),
                 via=VIA,
             )
         if isinstance(outcome, ledger.Granted):

@@ -6,7 +6,8 @@
 #    conntrack, iptables and buildah, with apt-get when missing (we run as root on Debian in CI).
 # 2. The test bed's images, as archives every node imports (no registry here), built with buildah from
 #    scratch around one static binary each: OUT/images/pause.tar (containerd's sandbox image),
-#    coredns.tar (the cluster DNS) and workload.tar (the herd's slow-starting app).
+#    coredns.tar (the cluster DNS), workload.tar (the herd's slow-starting app) and startup-lock-init.tar
+#    (pod-startup-lock's init client, built from its source in testbed/peers).
 set -euo pipefail
 out=$(realpath -m "$1")
 cd "$(dirname "$0")/.."
@@ -62,3 +63,4 @@ image() {
 image pause
 image coredns
 image workload
+image startup-lock-init

@@ -47,7 +47,7 @@ from sim.realcluster.plan import BRIDGE, ClusterPlan, plan_cluster
 logger = logging.getLogger(__name__)
 
 NODE_TOOLS_DIR = REPO_ROOT / ".tools" / "nodes"
-TESTBED_IMAGES = ("pause", "coredns", "workload")
+TESTBED_IMAGES = ("pause", "coredns", "workload", "startup-lock-init")
 """Images `make node-tools` builds as archives in .tools/nodes/images/NAME.tar, loaded into every node."""
 WORKLOAD_IMAGE = "localhost/stagger-testbed/workload:1"
 UNIX_PATH_MAX = 107

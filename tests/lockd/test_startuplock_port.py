@@ -4,13 +4,15 @@ verbatim, built with `go build` and run unchanged as a real process against a re
 
 What is covered:
 - the peer's client is given a free slot (200) and exits; on 423 it keeps polling until a slot frees, and
-  is then granted; a holder asking again is answered 200 from its slot, no second slot taken;
+  is then granted; two asks from one address take two slots (`pod-startup-lock@<address>#<n>`: behind a
+  hostPort's SNAT every pod of a node comes from one address), and on a one-slot node the second waits
+  (423) until the first's hold ends;
 - the hold: no slot from the port outlives `--pod-startup-lock-hold` (a client's `?duration=N` shortens it,
   never lengthens it), and once it ends the next caller is granted without any release;
 - cluster mode (the API emulator): the caller is known by its pod's IP and asks as that pod (its slot
   carries the pod's name, the grant is recorded on the pod, it ends at Ready, it queues behind the lock
-  port's waiters in their order); an address of no single live pod (hostNetwork, finished, shared) gets an
-  anonymous slot under that address;
+  port's waiters in their order; asking again is answered from its pod's slot); an address of no single
+  live pod (hostNetwork, finished, shared) gets a new anonymous slot named by that address for each 200;
 - `/status` says which slots came from the port, `/metrics` counts its answers under `listener`;
 - any other path or method is 404/405 and takes no slot, and the probes are not served there;
 - hostile callers on the port: heads over the limit (431), declared bodies over it (413), heads trickled
@@ -40,7 +42,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockd.settings import SettingsError, parse_settings
-from lockd.startuplock import ANONYMOUS_NAME, VIA, own_address, requested_hold
+from lockd.startuplock import VIA, anonymous_prefix, own_address, requested_hold
 from sim.cluster.launchers.lockdproc import LockdProcess, LockdSpec, common_free_port
 from sim.emulator.server import ApiServer, ApiServerSettings
 from sim.kubeclient import client_for_url
@@ -233,28 +235,41 @@ def ended(metrics: str) -> dict[str, float]:
     }
 
 
-def anonymous(address: str) -> str:
-    return ANONYMOUS_NAME + address
+def anonymous(address: str, number: int) -> str:
+    """The name of the `number`th anonymous slot the port granted (counted from 1 in each lockd), asked for
+    from `address`."""
+    return f"{anonymous_prefix(address)}{number}"
+
+
+def from_address(names: list[str], address: str) -> list[str]:
+    """The anonymous slots among `names` asked for from `address`."""
+    return [name for name in names if name.startswith(anonymous_prefix(address))]
 
 
 # --- standalone: the peer's client as its users run it ----------------------------------------------
 
 
-async def test_the_peers_client_is_granted_a_free_slot_and_a_holder_asking_again_takes_no_second(
+async def test_two_asks_from_one_address_take_two_slots_and_the_second_waits_for_the_firsts_hold(
     tmp_path: Path, peer_client: Path
 ) -> None:
-    async with running(tmp_path, limit_policy(1)) as lockd:
+    """Two of the peer's clients from one address (two pods of a node behind the hostPort's SNAT) on a
+    one-slot node: the first is granted a slot, and the second is not answered from it but waits (423)
+    until that slot's hold (5 s) ends, then takes a slot of its own."""
+    async with running(tmp_path, limit_policy(1), hold="5s") as lockd:
         async with peer(peer_client, lockd.peer_port) as client:
             assert await client.exit_code() == 0, client.lines
         assert any("Lock acquired, exiting" in line for line in client.lines)
-        slot = (await lockd.slots())[anonymous(HOST)]
+        slot = (await lockd.slots())[anonymous(HOST, 1)]
         assert slot["namespace"] == "" and slot["via"] == VIA
-        assert 0 < slot["expiresInSeconds"] <= 10
-        # The same address again (an init container restarted): its slot answers, none more is taken.
-        async with peer(peer_client, lockd.peer_port) as again:
-            assert await again.exit_code() == 0, again.lines
-        assert list(await lockd.slots()) == [anonymous(HOST)]
-        assert answers(await lockd.metrics()) == {"granted": 2.0}
+        assert 0 < slot["expiresInSeconds"] <= 5
+        async with peer(peer_client, lockd.peer_port) as second:
+            await second.said("Lock not acquired, waiting (status: 423)")
+            assert list(await lockd.slots()) == [anonymous(HOST, 1)], "423 took nothing"
+            assert await second.exit_code() == 0, second.lines
+        assert list(await lockd.slots()) == [anonymous(HOST, 2)]
+        counted = answers(await lockd.metrics())
+        assert counted["granted"] == 2.0 and counted["denied"] >= 1.0
+        assert ended(await lockd.metrics()).get("expired") == 1.0
         async with lockd.session.get(f"{lockd.url}/status", params={"format": "text"}) as response:
             table = await response.text()
         assert "VIA" in table and VIA in table
@@ -277,7 +292,7 @@ async def test_the_peers_client_polls_through_423_until_a_slot_frees(
             ) as released:
                 assert released.status == 200
             assert await client.exit_code() == 0, client.lines
-        assert list(await lockd.slots()) == [anonymous(HOST)]
+        assert list(await lockd.slots()) == [anonymous(HOST, 1)]
         counted = answers(await lockd.metrics())
         assert counted["granted"] == 1.0 and counted["denied"] >= 1.0
 
@@ -288,14 +303,14 @@ async def test_no_slot_from_the_port_outlives_the_hold(tmp_path: Path, peer_clie
     async with running(tmp_path, limit_policy(1), hold="2s") as lockd:
         async with peer(peer_client, lockd.peer_port, "--duration", "3600") as client:
             assert await client.exit_code() == 0, client.lines
-        assert (await lockd.slots())[anonymous(HOST)]["expiresInSeconds"] <= 2
+        assert (await lockd.slots())[anonymous(HOST, 1)]["expiresInSeconds"] <= 2
         assert await ask_from("127.0.0.2", lockd.port_url) == (423, "Locked")
 
         async def granted() -> bool:
             return (await ask_from("127.0.0.2", lockd.port_url))[0] == 200
 
         await eventually(granted, within=15, what="the next caller's grant once the hold ended")
-        assert list(await lockd.slots()) == [anonymous("127.0.0.2")]
+        assert list(await lockd.slots()) == [anonymous("127.0.0.2", 2)]
         assert ended(await lockd.metrics()).get("expired") == 1.0
 
 
@@ -303,7 +318,7 @@ async def test_a_clients_duration_shortens_the_hold(tmp_path: Path, peer_client:
     async with running(tmp_path, limit_policy(1), hold="1m") as lockd:
         async with peer(peer_client, lockd.peer_port, "--duration", "3") as client:
             assert await client.exit_code() == 0, client.lines
-        assert (await lockd.slots())[anonymous(HOST)]["expiresInSeconds"] <= 3
+        assert (await lockd.slots())[anonymous(HOST, 1)]["expiresInSeconds"] <= 3
 
 
 @pytest.mark.parametrize(
@@ -393,7 +408,7 @@ async def test_only_get_root_is_served_and_nothing_else_takes_a_slot(
         assert response.status == status
         if method != "HEAD":
             assert "error" in await response.json()
-    assert anonymous(source) not in await _slot_names(url)
+    assert not from_address(await _slot_names(url), source)
 
 
 _OVER_8K_HEAD = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(
@@ -442,7 +457,7 @@ async def test_hostile_callers_are_bounded_at_the_door(
     )
     result = await flood.run()
     assert set(result.endings) == {ending}, result.endings
-    assert anonymous(source) not in await _slot_names(url)
+    assert not from_address(await _slot_names(url), source)
 
 
 async def test_a_flood_over_the_connection_limit_sheds_its_own_and_the_client_is_still_served(
@@ -473,7 +488,7 @@ async def test_a_flood_over_the_connection_limit_sheds_its_own_and_the_client_is
                 assert lock.status == 423, "the lock port answers (the slot is the client's)"
         finally:
             result = await attack
-        assert list(await lockd.slots()) == [anonymous(HOST)]
+        assert list(await lockd.slots()) == [anonymous(HOST, 1)]
         shed = {
             sample.labels["why"]: sample.value
             for family in text_string_to_metric_families(await lockd.metrics())
@@ -581,13 +596,17 @@ async def test_known_pods_wait_in_the_queue_of_the_lock_port_in_their_order(
         assert await ask_from("127.0.4.9", lockd.port_url) == (423, "Locked"), "not before the queue"
         assert await ask_from("127.0.4.1", lockd.port_url) == (200, "Lock acquired")
         assert list(await lockd.slots()) == ["first"]
+        # Known by its pod's IP, it is its pod asking again: answered from its pod's slot, none more taken.
+        assert await ask_from("127.0.4.1", lockd.port_url) == (200, "Lock acquired")
+        assert list(await lockd.slots()) == ["first"]
 
 
 async def test_an_address_of_no_single_live_pod_gets_an_anonymous_slot(
     api: ApiServer, kube: RestClient, tmp_path: Path
 ) -> None:
     """Known by address only when one live pod of the node has it as its own: not a hostNetwork pod (its
-    address is the node's), not a finished pod (its address is handed on), not two pods at once."""
+    address is the node's), not a finished pod (its address is handed on), not two pods at once. Each 200
+    to an unknown address takes a slot of its own; the known pod asking again takes none more."""
     await make_node(kube)
     await _pod_at(kube, "own", "127.0.5.1")
     await _pod_at(kube, "host-network", "127.0.5.2", spec={"hostNetwork": True})
@@ -599,8 +618,11 @@ async def test_an_address_of_no_single_live_pod_gets_an_anonymous_slot(
     async with running(tmp_path, limit_policy(10), kubeconfig=kubeconfig) as lockd:
         for source in ("127.0.5.1", "127.0.5.2", "127.0.5.3", "127.0.5.4", "127.0.5.5"):
             assert await ask_from(source, lockd.port_url) == (200, "Lock acquired"), source
+        for source in ("127.0.5.1", "127.0.5.5"):
+            assert await ask_from(source, lockd.port_url) == (200, "Lock acquired"), f"{source} again"
         slots = await lockd.slots()
-        assert set(slots) == {"own", *(anonymous(f"127.0.5.{i}") for i in (2, 3, 4, 5))}
+        unknown = [anonymous(f"127.0.5.{i}", number) for number, i in enumerate((2, 3, 4, 5, 5), start=1)]
+        assert set(slots) == {"own", *unknown}
         assert all(slot["via"] == VIA for slot in slots.values())
         assert slots["own"]["namespace"] == "default"
 

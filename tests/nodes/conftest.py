@@ -36,11 +36,13 @@ def _require_real_nodes() -> None:
 
 ORDER = (
     "test_cli",
+    "test_manifest",
     "test_install",
     "test_deployment",
     "test_modes",
     "test_readiness",
     "test_initclient_cost",
+    "test_peers",
     "test_lifecycle",
     "test_hostile",
     "test_failures",

@@ -122,9 +122,11 @@ def workload(
     liveness_delay: int = 60,
     kind: str = "Deployment",
     exit_after: float | None = None,
+    prefix: str | None = PREFIX,
 ) -> dict[str, Any]:
     """A Deployment (or a Job) of the test bed's workload: `cpu_seconds` of real CPU before it is Ready,
-    readiness and liveness probes as a real app has (liveness gives up `liveness_delay` + 6 s after start)."""
+    readiness and liveness probes as a real app has (liveness gives up `liveness_delay` + 6 s after start).
+    Opted in by `<prefix>/enable: "1"`; `prefix` None: no label (opted in otherwise, or not at all)."""
     args = ["--cpu-seconds", str(cpu_seconds)]
     if exit_after is not None:
         args += ["--exit-after", str(exit_after)]
@@ -142,7 +144,8 @@ def workload(
             "failureThreshold": 3,
         },
     }
-    pod_labels = {"app": name, **ENABLE, **(labels or {})}
+    enable = {f"{prefix}/enable": "1"} if prefix is not None else {}
+    pod_labels = {"app": name, **enable, **(labels or {})}
     template: dict[str, Any] = {
         "metadata": {"labels": pod_labels},
         "spec": {"containers": [container], "terminationGracePeriodSeconds": 2},
@@ -200,6 +203,8 @@ class Herd:
     kube: Kube
     namespace: str
     selector: str
+    prefix: str = PREFIX
+    """The release's label prefix: a pod is held while labelled `<prefix>/staggered`."""
     samples: list[Sample] = field(default_factory=list)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
@@ -255,9 +260,9 @@ class Herd:
         """One sample after every change the watch brings (so no state, however short, is missed)."""
         for name, pod in current.items():
             self.pods[name] = pod
-            if (pod["metadata"].get("labels") or {}).get(f"{PREFIX}/staggered") == "1":
+            if (pod["metadata"].get("labels") or {}).get(f"{self.prefix}/staggered") == "1":
                 self.held.add(name)
-            if any(g.get("name") == f"{PREFIX}/pacing" for g in pod["spec"].get("schedulingGates", [])):
+            if any(g.get("name") == f"{self.prefix}/pacing" for g in pod["spec"].get("schedulingGates", [])):
                 self.gated.add(name)
         live = [p for p in current.values() if not p["metadata"].get("deletionTimestamp")]
         # A pod whose probe lockd saw pass has started (its slot ended then; Ready follows within a second).
