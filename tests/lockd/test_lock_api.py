@@ -4,6 +4,7 @@ idle waiters, and the pod-startup-lock compatible `GET /`."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -133,7 +134,9 @@ async def test_idle_waiter_leaves_the_queue(start_lockd) -> None:
 
     await eventually(gone_left, what="the idle waiter to leave")
     metrics = await (await lockd.client.get("/metrics")).text()
-    assert 'stagger_lockd_waits_given_up_total{why="stoppedAsking"} 1' in metrics
+    # At least "gone": on a loaded machine "stays" may also miss its 0.3 s and be asked back in by gone_left.
+    given_up = re.search(r'^stagger_lockd_waits_given_up_total\{why="stoppedAsking"\} (\S+)$', metrics, re.M)
+    assert given_up is not None and float(given_up.group(1)) >= 1, metrics
 
 
 async def test_release_of_a_pod_without_slot_is_404(start_lockd) -> None:
