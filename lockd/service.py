@@ -343,9 +343,13 @@ class LockService:
                     self.wake_next()
         if isinstance(outcome, ledger.Denied):
             self.counters.denied += 1
-            if not gone and not self.closing and self.clock() >= deadline:
+            if not gone and (self.closing or self.clock() >= deadline):
                 # The long poll was the wait: the caller should open the next one at once, not sleep for
-                # the throttle's hint while a slot frees (lockd times a time-bound throttle itself).
+                # the throttle's hint while a slot frees (lockd times a time-bound throttle itself). So too
+                # when lockd stops (a rolling upgrade): the next ask is its replacement's, which decides
+                # afresh, and a hint of this one's (a pod stepping aside for its group: up to
+                # --group-recheck, 60 s) would keep the init client asleep past the new lockd's start, and
+                # past a max-wait shorter than that (seen on real nodes during a helm upgrade that rolled lockd).
                 outcome = ledger.Denied(
                     reason=outcome.reason,
                     position=outcome.position,
@@ -557,7 +561,8 @@ class LockService:
         self.wake_next()
 
     def close(self) -> None:
-        """Shutting down: answer every long poll now instead of keeping the pod's grace period busy."""
+        """Shutting down: answer every long poll now instead of keeping the pod's grace period busy, each
+        saying ask again at once (`wait_for_slot`): the replacement lockd decides."""
         self.closing = True
         for wakeup, _ in self._polls.values():
             wakeup.notify()

@@ -183,3 +183,39 @@ async def test_a_long_poll_that_ran_its_whole_wait_says_ask_again_at_once() -> N
     polled = await service.wait_for_slot(namespace="t", name="p", uid="", wait=0.05, alive=lambda: True)
     assert isinstance(polled, ledger.Denied) and polled.retry_after == 0
     assert (polled.reason, polled.position) == (plain.reason, plain.position)
+
+
+class _GroupSaysNo:
+    """The group pacer saying no, as lockd's finisher hears it with the controller's wait stream up: the pod
+    steps aside for --group-recheck (60 s)."""
+
+    async def finish(self, slot: ledger.Slot, *, wall: float) -> throttles.Verdict:
+        await asyncio.sleep(0)
+        return throttles.Verdict(
+            allowed=False, reason="group full", throttle=ledger.GROUP_THROTTLE, retry_after=60.0
+        )
+
+
+async def test_a_long_poll_answered_at_shutdown_says_ask_again_at_once() -> None:
+    """lockd stopping (a rolling upgrade) answers its long polls at once; each 423 carries Retry-After 0,
+    so the init client asks the replacement lockd as soon as it listens, not after the hint of the lockd
+    that is gone (a group's step-aside: 60 s, past a shorter max-wait, seen on real nodes in a lockd roll)."""
+    service = LockService(
+        active=_policy(2),
+        cores=1,
+        metrics=Metrics(),
+        waiter_idle_timeout=30.0,
+        load=lambda: throttles.NO_LOAD,
+        finisher=_GroupSaysNo(),
+    )
+    plain = await service.ask(namespace="t", name="p", uid="")
+    assert isinstance(plain, ledger.Denied) and plain.retry_after == 60.0
+    poll = asyncio.create_task(
+        service.wait_for_slot(namespace="t", name="p", uid="", wait=30.0, alive=lambda: True)
+    )
+    await _settle()
+    assert not poll.done()
+    service.close()
+    answered = await asyncio.wait_for(poll, timeout=5)
+    assert isinstance(answered, ledger.Denied) and answered.retry_after == 0
+    assert answered.reason == "group full"
