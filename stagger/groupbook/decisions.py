@@ -27,7 +27,7 @@ from stagger.groupbook.records import (
     pair_label,
 )
 from stagger.matching import Pair
-from stagger.policy import StaggeringPolicy
+from stagger.policy import NodePolicy, StaggeringPolicy
 
 __all__ = [
     "DEFAULT_MAX_WAIT",
@@ -41,9 +41,9 @@ __all__ = [
     "unpaced",
 ]
 
-# The controller's maxWait without node policies (webhook.admission.max_wait_for's default): the bound of
-# a "never" policy's pods when the caller gives none.
-DEFAULT_MAX_WAIT = 600.0
+# The controller's maxWait without node policies (a node policy's default maxWait, as
+# webhook.admission.max_wait_for's): the bound of a "never" policy's pods when the caller gives none.
+DEFAULT_MAX_WAIT: float = NodePolicy.max_wait
 
 
 def _held_at_most(policy: StaggeringPolicy, *, max_wait: float) -> float:
