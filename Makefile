@@ -9,6 +9,27 @@ LISTEN ?= 127.0.0.1:8080
 RUN_ARGS ?= --cores 2
 PYTEST_ARGS ?=
 
+# The Kubernetes minor of the test bed's binaries (docs/testbed.md, "Versions"): by default the release
+# testbed/go.mod pins, built into .tools/controlplane and .tools/nodes; `KUBE_VERSION=1.34` builds from
+# testbed/go.1.34.mod (go build -modfile) into .tools/k8s-1.34/controlplane and .tools/k8s-1.34/nodes.
+# Exported as TESTBED_KUBE_VERSION: the test bed (sim/controlplane/launcher.py) takes its binaries from there
+# (not STAGGER_...: stagger's processes refuse variables of that prefix they do not know).
+DEFAULT_KUBE_VERSION := $(shell sed -nE 's/^[[:space:]]*k8s\.io\/kubernetes v([0-9]+\.[0-9]+)\..*/\1/p' testbed/go.mod)
+KUBE_VERSION ?= $(DEFAULT_KUBE_VERSION)
+ifeq ($(KUBE_VERSION),$(DEFAULT_KUBE_VERSION))
+KUBE_TOOLS := .tools
+KUBE_MODFILE := go.mod
+else
+KUBE_TOOLS := .tools/k8s-$(KUBE_VERSION)
+KUBE_MODFILE := go.$(KUBE_VERSION).mod
+endif
+ifeq ($(wildcard testbed/$(KUBE_MODFILE)),)
+$(error KUBE_VERSION=$(KUBE_VERSION): no testbed/$(KUBE_MODFILE); the minors built here: $(DEFAULT_KUBE_VERSION) (testbed/go.mod) $(patsubst testbed/go.%.mod,%,$(wildcard testbed/go.*.mod)))
+endif
+CP_DIR := $(KUBE_TOOLS)/controlplane
+NODES_DIR := $(KUBE_TOOLS)/nodes
+export TESTBED_KUBE_VERSION := $(KUBE_VERSION)
+
 .PHONY: chart-schema plugin venv run test test-fast test-real test-nodes lint typecheck layers unit bench chaos demo tools clean control-plane node-tools image image-test image-base binaries docker-build docker-push image-docker manifests
 
 # What lockd needs to run (no test tools): `make run` answers within seconds on a fresh clone.
@@ -57,7 +78,7 @@ test-fast: lint typecheck layers ## the same checks, and only the pure tests (no
 # One test at a time: two simulated clusters, each on its own real control plane, on 2 cores start their
 # init clients too slowly for the group tests' timings (tried: the seed run then missed its allowance).
 test-real: venv tools
-	@test -x .tools/controlplane/kube-apiserver || { echo "no control plane: run \`make control-plane\` first" >&2; exit 2; }
+	@test -x $(CP_DIR)/kube-apiserver || { echo "no control plane in $(CP_DIR): run \`make control-plane KUBE_VERSION=$(KUBE_VERSION)\` first" >&2; exit 2; }
 	$(VENV)/bin/pytest --control-plane real $(PYTEST_ARGS)
 
 # `make demo DEMO_ARGS='--control-plane real'`: the herd demo on the real control plane (after `make control-plane`).
@@ -121,45 +142,57 @@ manifests: ## the release manifest for `kubectl apply -f`, without Helm: $(MANIF
 	} > $(MANIFEST).tmp || { rm -f $(MANIFEST).tmp; exit 1; }
 	mv -f $(MANIFEST).tmp $(MANIFEST)
 
-CONTROL_PLANE := $(addprefix .tools/controlplane/,etcd kube-apiserver kube-controller-manager kube-scheduler)
+CONTROL_PLANE := $(addprefix $(CP_DIR)/,etcd kube-apiserver kube-controller-manager kube-scheduler)
 
-control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-manager/-scheduler (testbed/go.mod) into .tools/controlplane; long the first time
+control-plane: $(CONTROL_PLANE) ## etcd and the real kube-apiserver/-controller-manager/-scheduler (testbed/go.mod) into .tools/controlplane, KUBE_VERSION=1.34 from testbed/go.1.34.mod into .tools/k8s-1.34/controlplane; long the first time
 
-.tools/controlplane/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
-	GOFLAGS=-p=2 bash testbed/build.sh .tools/controlplane $*
+$(CP_DIR)/%: testbed/cmd/%/main.go testbed/$(KUBE_MODFILE) testbed/$(KUBE_MODFILE:.mod=.sum) testbed/build.sh
+	GOFLAGS=-p=2 bash testbed/build.sh --modfile $(KUBE_MODFILE) $(CP_DIR) $*
 
 # Everything `python -m sim realcluster` needs but the stagger image (docs/testbed.md): the venv, the control plane,
-# kubelet and kube-proxy from testbed/go.mod as the control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl; then
-# containerd, runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
-NODE_TOOLS := $(addprefix .tools/nodes/,kubelet kube-proxy pause workload coredns crictl startup-lock-init cert-manager/controller cert-manager/cainjector)
+# kubelet and kube-proxy from testbed/go.mod as the control plane is built, the test bed's pause, workload and CoreDNS (testbed/coredns/go.mod), crictl,
+# containerd 2 (testbed/containerd/go.mod); then runc and the CNI plugins from Debian and the test bed's images (testbed/node-tools.sh).
+CONTAINERD_TOOLS := containerd containerd-shim-runc-v2 ctr
+NODE_TOOLS := $(addprefix $(NODES_DIR)/,kubelet kube-proxy pause workload coredns crictl startup-lock-init cert-manager/controller cert-manager/cainjector $(CONTAINERD_TOOLS))
 CRICTL_VERSION ?= v1.37.0
 
-node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane, kubelet, kube-proxy, containerd, runc, CNI plugins, crictl, the test bed's images into .tools/nodes
-	bash testbed/node-tools.sh .tools/nodes
+node-tools: venv $(CONTROL_PLANE) $(NODE_TOOLS) ## real nodes: the control plane, kubelet, kube-proxy, containerd 2, crictl, the test bed's images into .tools/nodes (.tools/k8s-1.34/nodes with KUBE_VERSION=1.34) (runc and CNI plugins from Debian)
+	bash testbed/node-tools.sh $(NODES_DIR)
 
-.tools/nodes/%: testbed/cmd/%/main.go testbed/go.mod testbed/go.sum testbed/build.sh
-	GOFLAGS=-p=2 bash testbed/build.sh .tools/nodes $*
+$(NODES_DIR)/%: testbed/cmd/%/main.go testbed/$(KUBE_MODFILE) testbed/$(KUBE_MODFILE:.mod=.sum) testbed/build.sh
+	GOFLAGS=-p=2 bash testbed/build.sh --modfile $(KUBE_MODFILE) $(NODES_DIR) $*
 
-.tools/nodes/coredns: testbed/coredns/main.go testbed/coredns/go.mod testbed/coredns/go.sum
+$(NODES_DIR)/coredns: testbed/coredns/main.go testbed/coredns/go.mod testbed/coredns/go.sum
 	cd testbed/coredns && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../$@.tmp . && mv -f ../../$@.tmp ../../$@
 
 # pod-startup-lock's init client, vendored from its source (the Go module proxy does not serve that repository):
 # the real nodes run it unchanged against lockd's pod-startup-lock port (tests/nodes/test_peers.py).
-.tools/nodes/startup-lock-init: testbed/peers/pod-startup-lock/init/main.go testbed/peers/pod-startup-lock/init/go.mod
+$(NODES_DIR)/startup-lock-init: testbed/peers/pod-startup-lock/init/main.go testbed/peers/pod-startup-lock/init/go.mod
 	cd testbed/peers/pod-startup-lock/init && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../../../$@.tmp . && mv -f ../../../../$@.tmp ../../../../$@
 
 # cert-manager's controller and cainjector (testbed/certmanager/go.mod), run beside the control plane for the release
 # manifest's certificates (tests/nodes/test_manifest.py).
-.tools/nodes/cert-manager/%: testbed/certmanager/go.mod testbed/certmanager/go.sum
+$(NODES_DIR)/cert-manager/%: testbed/certmanager/go.mod testbed/certmanager/go.sum
 	mkdir -p $(dir $@) && cd testbed/certmanager && CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -ldflags '-s -w' -o ../../$@.tmp github.com/cert-manager/cert-manager/cmd/$* && mv -f ../../$@.tmp ../../$@
 
-.tools/nodes/crictl:
-	mkdir -p .tools/nodes && GOBIN=$(abspath .tools/nodes) CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
+# containerd 2, its runc shim and ctr (testbed/containerd/go.mod), static, without the btrfs, devmapper and zfs
+# snapshotters (the nodes use overlayfs); stamped with the module's version as containerd's own Makefile stamps
+# a release (without the v, as the CRI reports it: the node's containerRuntimeVersion reads containerd://2.x.y).
+CONTAINERD_TAGS := no_btrfs no_devmapper no_zfs
+$(addprefix $(NODES_DIR)/,$(CONTAINERD_TOOLS)): $(NODES_DIR)/%: testbed/containerd/go.mod testbed/containerd/go.sum
+	mkdir -p $(NODES_DIR) && cd testbed/containerd && \
+	  version=$$(go list -m -f '{{.Version}}' github.com/containerd/containerd/v2) && \
+	  CGO_ENABLED=0 GOFLAGS=-p=2 go build -trimpath -buildvcs=false -tags '$(CONTAINERD_TAGS)' \
+	    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$${version#v}" \
+	    -o ../../$@.tmp github.com/containerd/containerd/v2/cmd/$* && mv -f ../../$@.tmp ../../$@
+
+$(NODES_DIR)/crictl:
+	mkdir -p $(NODES_DIR) && GOBIN=$(abspath $(NODES_DIR)) CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION)
 
 # The tests on real nodes (tests/nodes, docs/testbed.md): one real cluster of 2 nodes for the session, the chart
 # installed with the image `make image` builds. Root; needs `make control-plane node-tools image`.
 test-nodes: venv
-	@test -x .tools/nodes/kubelet || { echo "no node tools: run \`make control-plane node-tools image\` first" >&2; exit 2; }
+	@test -x $(NODES_DIR)/kubelet || { echo "no node tools in $(NODES_DIR): run \`make control-plane node-tools image KUBE_VERSION=$(KUBE_VERSION)\` first" >&2; exit 2; }
 	$(VENV)/bin/pytest -p no:xdist tests/nodes --real-nodes $(PYTEST_ARGS)
 
 # The image (docker/Dockerfile), built without a Docker engine: buildah (chroot isolation) on a local Debian

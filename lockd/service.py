@@ -349,7 +349,7 @@ class LockService:
                 # when lockd stops (a rolling upgrade): the next ask is its replacement's, which decides
                 # afresh, and a hint of this one's (a pod stepping aside for its group: up to
                 # --group-recheck, 60 s) would keep the init client asleep past the new lockd's start, and
-                # past a max-wait shorter than that (seen on real nodes during a helm upgrade that rolled lockd).
+                # past a max-wait shorter than that (tests/nodes/test_upgrade.py).
                 outcome = ledger.Denied(
                     reason=outcome.reason,
                     position=outcome.position,

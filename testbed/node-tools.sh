@@ -2,8 +2,9 @@
 # `make node-tools`, after the Makefile has built the Go binaries into OUT (.tools/nodes): what the real
 # nodes of `python -m sim realcluster` need besides them, each only when missing or out of date.
 #   bash testbed/node-tools.sh OUT
-# 1. Debian's containerd (1.6), runc, CNI plugins (bridge, host-local, portmap, loopback in /usr/lib/cni),
-#    conntrack, iptables and buildah, with apt-get when missing (we run as root on Debian in CI).
+# 1. Debian's runc, CNI plugins (bridge, host-local, portmap, loopback in /usr/lib/cni), conntrack, iptables
+#    and buildah, with apt-get when missing (we run as root on Debian in CI). containerd is not Debian's
+#    (1.6, which kubelet 1.37 no longer supports): the Makefile builds containerd 2 into OUT.
 # 2. The test bed's images, as archives every node imports (no registry here), built with buildah from
 #    scratch around one static binary each: OUT/images/pause.tar (containerd's sandbox image),
 #    coredns.tar (the cluster DNS), workload.tar (the herd's slow-starting app) and startup-lock-init.tar
@@ -17,8 +18,7 @@ say() { echo "testbed/node-tools.sh: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 packages=()
-for pair in containerd:containerd runc:runc ctr:containerd conntrack:conntrack iptables:iptables \
-    buildah:buildah nsenter:util-linux; do
+for pair in runc:runc conntrack:conntrack iptables:iptables buildah:buildah nsenter:util-linux; do
     command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
 done
 for plugin in bridge host-local portmap loopback; do
@@ -34,8 +34,8 @@ if [ ${#packages[@]} -gt 0 ]; then
             die "apt-get install ${packages[*]} failed (see above)"
     fi
 fi
-# Debian's package may start a containerd of its own where there is an init system; the nodes run their
-# own, each with its own socket, so one running or not changes nothing here.
+# A containerd installed on the host (Debian's, say) is left alone: the nodes run OUT/containerd, each with
+# its own socket and the shim built with it (sim/realcluster/node.py).
 
 mkdir -p "$out/images"
 # image NAME ARGS...: localhost/stagger-testbed/NAME:1 with OUT/NAME as its entrypoint (ARGS after it),

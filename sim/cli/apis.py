@@ -16,7 +16,7 @@ from typing import Literal
 import aiohttp
 
 from sim.cluster.backend import ApiBackend, read_metrics, requests_by_kind, requests_served
-from sim.controlplane.launcher import ControlPlane, MissingBinaries, missing_binaries
+from sim.controlplane.launcher import DEFAULT_BIN_DIR, ControlPlane, MissingBinaries, missing_binaries
 from sim.emulator.server import ApiServer, ApiServerSettings
 
 ControlPlaneKind = Literal["emulator", "real"]
@@ -43,7 +43,7 @@ def check_control_plane(kind: str) -> None:
     if kind == "real":
         missing = missing_binaries()
         if missing:
-            raise ApiUnavailable(str(MissingBinaries(Path(".tools/controlplane"), missing)))
+            raise ApiUnavailable(str(MissingBinaries(DEFAULT_BIN_DIR, missing)))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Starts and stops a real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
 
-The binaries are the ones `make control-plane` builds into .tools/controlplane from testbed/go.mod. Each
+The binaries are the ones `make control-plane` builds into .tools/controlplane from testbed/go.mod (another
+Kubernetes minor: `make control-plane KUBE_VERSION=1.34` into .tools/k8s-1.34/controlplane, used when
+TESTBED_KUBE_VERSION names it, as the Makefile's test targets set it; `kube_build`). Each
 listens on 127.0.0.1 only, on a free port unless given, with kubeadm's layout of certificates
 (sim.controlplane.certs) and kubeadm's flags: Node,RBAC authorization, the default admission plugins
 (plus NodeRestriction), client-certificate and service-account-token authentication, the aggregation
@@ -24,6 +26,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -45,7 +48,48 @@ import yaml
 from sim.controlplane.certs import CLUSTER_DOMAIN, SERVICE_CIDR, Pair, Pki, ensure_pki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN_DIR = REPO_ROOT / ".tools" / "controlplane"
+TESTBED = REPO_ROOT / "testbed"
+KUBE_VERSION_ENV = "TESTBED_KUBE_VERSION"
+"""The Kubernetes minor whose binaries the test bed runs (`make test-real KUBE_VERSION=1.34` sets it)."""
+
+
+@dataclass(frozen=True)
+class KubeBuild:
+    """One Kubernetes minor's build (docs/testbed.md, "Versions"): the module file its binaries are built
+    from, and the folder holding its controlplane/ and nodes/."""
+
+    modfile: Path
+    tools: Path
+
+    @property
+    def version(self) -> str:
+        """The k8s.io/kubernetes release the module file pins (what the binaries report), e.g. v1.34.4."""
+        found = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", self.modfile.read_text(), re.MULTILINE)
+        if found is None:
+            raise ValueError(f"{self.modfile} requires no k8s.io/kubernetes")
+        return found.group(1)
+
+
+def kube_build(minor: str | None = None) -> KubeBuild:
+    """The build of `minor` (by default $TESTBED_KUBE_VERSION): unset, empty or the minor testbed/go.mod
+    pins, that one in .tools/; another, the one from testbed/go.<minor>.mod in .tools/k8s-<minor>/. One
+    setting for both folders, so a real cluster's control plane and kubelets are of one release."""
+    chosen = os.environ.get(KUBE_VERSION_ENV, "") if minor is None else minor
+    alternate = TESTBED / f"go.{chosen}.mod"
+    if chosen and alternate.is_file():
+        return KubeBuild(modfile=alternate, tools=REPO_ROOT / ".tools" / f"k8s-{chosen}")
+    default = KubeBuild(modfile=TESTBED / "go.mod", tools=REPO_ROOT / ".tools")
+    # Read only when asked for another minor: without the setting no file is needed.
+    if chosen and not default.version.startswith(f"v{chosen}."):
+        raise ValueError(
+            f"{KUBE_VERSION_ENV}={chosen}: no {alternate.relative_to(REPO_ROOT)}, and testbed/go.mod pins "
+            f"{default.version}"
+        )
+    return default
+
+
+KUBE_BUILD = kube_build()
+DEFAULT_BIN_DIR = KUBE_BUILD.tools / "controlplane"
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"

@@ -314,10 +314,18 @@ def _go_value(value: Any) -> str:
 
 
 def invalid(group: str, kind: str, name: str, errors: list[FieldError]) -> ApiError:
-    """errors.NewInvalid: every error is a cause; the message lists each distinct error once
-    (field.ErrorList.ToAggregate drops repeats), in brackets when there are several."""
-    causes: list[StatusCause] = [{"reason": e.kind, "message": e.body(), "field": e.field} for e in errors]
-    distinct = list(dict.fromkeys(str(e) for e in errors))
+    """errors.NewInvalid: each distinct error once, as a cause and in the message (in brackets when there
+    are several). field.ErrorList.ToAggregate drops repeats from the message; since v1.37 every built-in
+    strategy also runs declarative validation, whose ErrorList.Filter goes through ToAggregate, so the
+    causes lose them too (v1.36 listed a repeated check's error twice there)."""
+    first: dict[str, FieldError] = {}
+    for error in errors:
+        first.setdefault(str(error), error)
+    distinct_errors = list(first.values())
+    causes: list[StatusCause] = [
+        {"reason": e.kind, "message": e.body(), "field": e.field} for e in distinct_errors
+    ]
+    distinct = [str(e) for e in distinct_errors]
     summary = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
     details: StatusDetails = {"name": name} if name else {}  # omitempty: ListOptions have no name
     if group:

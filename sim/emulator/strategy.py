@@ -99,7 +99,8 @@ def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
             rolling.setdefault("maxSurge", 0)
         _default_template(obj)
     elif kind == "StatefulSet" and isinstance(spec, dict):
-        # SetDefaults_StatefulSet (pkg/apis/apps/v1/defaults.go; MaxUnavailableStatefulSet off).
+        # SetDefaults_StatefulSet (pkg/apis/apps/v1/defaults.go; MaxUnavailableStatefulSet on by default
+        # since v1.37: a rolling update's maxUnavailable defaults to 1).
         spec.setdefault("podManagementPolicy", "OrderedReady")
         strategy = spec.setdefault("updateStrategy", {})
         if not strategy.get("type"):
@@ -107,6 +108,7 @@ def apply_defaults(rtype: ResourceType, obj: Obj) -> None:
             strategy.setdefault("rollingUpdate", {})
         if strategy["type"] == "RollingUpdate" and isinstance(strategy.get("rollingUpdate"), dict):
             strategy["rollingUpdate"].setdefault("partition", 0)
+            strategy["rollingUpdate"].setdefault("maxUnavailable", 1)
         retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
         retention.setdefault("whenDeleted", "Retain")
         retention.setdefault("whenScaled", "Retain")

@@ -345,31 +345,16 @@ def validate_object(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     return errors
 
 
-_STATEFULSET_MUTABLE = (
-    "replicas",
-    "ordinals",
-    "template",
-    "updateStrategy",
-    "revisionHistoryLimit",
-    "persistentVolumeClaimRetentionPolicy",
-    "minReadySeconds",
-)
+_STATEFULSET_IMMUTABLE = ("selector", "volumeClaimTemplates", "serviceName", "podManagementPolicy")
 
 
 def _statefulset_update_errors(new_spec: Obj, old_spec: Obj) -> list[FieldError]:
-    """ValidateStatefulSetUpdate: only some of the spec's fields may change."""
-    if prune_nulls({k: v for k, v in new_spec.items() if k not in _STATEFULSET_MUTABLE}) == prune_nulls(
-        {k: v for k, v in old_spec.items() if k not in _STATEFULSET_MUTABLE}
-    ):
-        return []
+    """ValidateStatefulSetUpdate (v1.37): the spec's fields that may not change, each its own error in this
+    order (before v1.37 one Forbidden error on `spec` named the fields that may)."""
     return [
-        FieldError(
-            "FieldValueForbidden",
-            "spec",
-            "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
-            "'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
-            "'minReadySeconds' are forbidden",
-        )
+        FieldError("FieldValueInvalid", f"spec.{key}", "field is immutable", new_spec.get(key))
+        for key in _STATEFULSET_IMMUTABLE
+        if prune_nulls(new_spec.get(key)) != prune_nulls(old_spec.get(key))
     ]
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sim.controlplane.launcher import DEFAULT_BIN_DIR, REPO_ROOT, ControlPlane, missing_binaries
+from sim.controlplane.launcher import DEFAULT_BIN_DIR, KUBE_BUILD, ControlPlane, missing_binaries
 from sim.realcluster import addons
 from sim.realcluster.host import (
     KUBELET_SYSCTLS,
@@ -46,7 +46,8 @@ from sim.realcluster.plan import BRIDGE, ClusterPlan, plan_cluster
 
 logger = logging.getLogger(__name__)
 
-NODE_TOOLS_DIR = REPO_ROOT / ".tools" / "nodes"
+NODE_TOOLS_DIR = KUBE_BUILD.tools / "nodes"
+"""kubelet, kube-proxy and the rest, of the minor the control plane is (`make node-tools [KUBE_VERSION=1.N]`)."""
 TESTBED_IMAGES = ("pause", "coredns", "workload", "startup-lock-init")
 """Images `make node-tools` builds as archives in .tools/nodes/images/NAME.tar, loaded into every node."""
 WORKLOAD_IMAGE = "localhost/stagger-testbed/workload:1"
@@ -86,6 +87,9 @@ def node_tools(node_tools_dir: Path) -> NodeTools:
         kubelet=node_tools_dir / "kubelet",
         kube_proxy=node_tools_dir / "kube-proxy",
         crictl=node_tools_dir / "crictl",
+        containerd=node_tools_dir / "containerd",
+        containerd_shim=node_tools_dir / "containerd-shim-runc-v2",
+        ctr=node_tools_dir / "ctr",
     )
 
 

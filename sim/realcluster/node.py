@@ -42,22 +42,20 @@ SOCKET_ROOT = Path("/run/stgr")
 
 @dataclass(frozen=True)
 class NodeTools:
-    """The node binaries: kubelet and kube-proxy from `make node-tools`, containerd, ctr and runc from
-    Debian's packages (on PATH)."""
+    """The node binaries: kubelet, kube-proxy, crictl and containerd 2 (its runc shim and ctr) from `make
+    node-tools`; runc, the CNI plugins, iptables and conntrack from Debian's packages (on PATH)."""
 
     kubelet: Path
     kube_proxy: Path
     crictl: Path
-    containerd: str = "containerd"
-    ctr: str = "ctr"
+    containerd: Path
+    containerd_shim: Path
+    ctr: Path
 
     def missing(self) -> list[str]:
-        gone = [str(p) for p in (self.kubelet, self.kube_proxy, self.crictl) if not os.access(p, os.X_OK)]
-        gone += [
-            name
-            for name in (self.containerd, self.ctr, "runc", "nsenter", "iptables", "conntrack")
-            if not shutil.which(name)
-        ]
+        built = (self.kubelet, self.kube_proxy, self.crictl, self.containerd, self.containerd_shim, self.ctr)
+        gone = [str(p) for p in built if not os.access(p, os.X_OK)]
+        gone += [name for name in ("runc", "nsenter", "iptables", "conntrack") if not shutil.which(name)]
         gone += [
             f"{CNI_BIN_DIR}/{name}"
             for name in ("bridge", "host-local", "portmap", "loopback")
@@ -151,7 +149,7 @@ class Node:
 
     def start_runtime(self, *, timeout: float = 30.0) -> None:
         config = self._write_containerd_config()
-        self._spawn("containerd", [self.tools.containerd, "--config", str(config)])
+        self._spawn("containerd", [str(self.tools.containerd), "--config", str(config)])
         deadline = time.monotonic() + timeout
         while True:
             self.check()
@@ -241,7 +239,7 @@ class Node:
         self.daemons[name] = daemon
 
     def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [self.tools.ctr, "--address", str(self.socket), "--namespace", "k8s.io", *args]
+        argv = [str(self.tools.ctr), "--address", str(self.socket), "--namespace", "k8s.io", *args]
         try:
             return run(*argv, check=check)
         except HostError as err:
@@ -252,13 +250,15 @@ class Node:
         cni = self.root / "cni"
         (cni / "net.d").mkdir(parents=True, exist_ok=True)
         (cni / "net.d" / "10-stagger.conflist").write_text(json.dumps(self._cni_config(), indent=1))
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        runtime = 'plugins."io.containerd.cri.v1.runtime"'
+        # containerd 2's format (version 3, which every 2.x reads; 2.4 migrates it to its version 4 with a
+        # warning at start): the CRI plugin is split into cri.v1.images and cri.v1.runtime.
+        # Every path it would default outside the node's folder is given: /opt/containerd (opt), the CDI
+        # spec dirs; NRI (its socket in /var/run/nri) is off, the nodes have no NRI plugins.
         text = f"""# containerd {self.plan.name}: written by sim.realcluster
-version = 2
+version = 3
 root = "{base / "root"}"
 state = "{base / "state"}"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
 
 [grpc]
   address = "{self.socket}"
@@ -269,25 +269,35 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.internal.v1.opt"]
   path = "{base / "opt"}"
 
-[{cri}]
-  sandbox_image = "{SANDBOX_IMAGE}"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{SANDBOX_IMAGE}"
+
+[{runtime}]
   # No CAP_SYS_RESOURCE here: runc cannot set a negative oom_score_adj (docs REAL-NODES).
   restrict_oom_score_adj = true
   disable_apparmor = true
+  cdi_spec_dirs = ["{base / "cdi"}"]
 
-[{cri}.containerd]
-  snapshotter = "overlayfs"
+[{runtime}.containerd]
   default_runtime_name = "runc"
 
-[{cri}.containerd.runtimes.runc]
+[{runtime}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
+  # The shim built with this containerd, not one an installed containerd put on PATH.
+  runtime_path = "{self.tools.containerd_shim}"
 
-[{cri}.containerd.runtimes.runc.options]
+[{runtime}.containerd.runtimes.runc.options]
   SystemdCgroup = false
   Root = "{base / "runc"}"
 
-[{cri}.cni]
-  bin_dir = "{CNI_BIN_DIR}"
+[{runtime}.cni]
+  bin_dirs = ["{CNI_BIN_DIR}"]
   conf_dir = "{cni / "net.d"}"
 """
         path = base / "config.toml"

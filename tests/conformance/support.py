@@ -21,6 +21,10 @@ STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PAUSE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs on either backend
 NO_SCHEDULER = "stagger-conformance-none"
+EMULATED_MINOR = 37
+"""The Kubernetes minor whose answers the emulator gives where minors differ (v1.37, the test bed's default
+release). A real server of an older minor (`make test-real KUBE_VERSION=1.34`) is held to its own minor's
+answers there: the tests that differ branch on `kube.minor`."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Conn:
     base: str
     ssl: ssl.SSLContext | bool
     ns: str
+    minor: int = EMULATED_MINOR  # the real server's, from its /version
 
     @property
     def real(self) -> bool:

@@ -161,14 +161,16 @@ async def test_events_k8s_io_fields_are_immutable_core_ones_are_not(kube: Conn) 
     await kube.created(kube.new_events, new_event(kube, "e"))
     reply = await kube.patch(f"{kube.new_events}/e", {"reason": "Other", "note": "changed"})
     assert reply.status == 422
-    # The message lists each distinct error once; the causes keep reason's second check.
+    # ValidateEventUpdate checks reason twice. The message lists each distinct error once; before v1.37 the
+    # causes kept the repeat, since v1.37 the declarative validation step filters it out of them too.
     assert reply.body["message"] == invalid_message(
         "Event",
         "e",
         'reason: Invalid value: "Other": field is immutable',
         'message: Invalid value: "changed": field is immutable',
     )
-    assert [field for _, field, _ in reply.causes] == ["reason", "message", "reason"]
+    repeat = [] if kube.minor >= 37 else ["reason"]
+    assert [field for _, field, _ in reply.causes] == ["reason", "message", *repeat]
     legacy = await kube.patch(f"{kube.events}/e", {"reason": "Other", "count": 2})
     assert legacy.status == 200, legacy.body
     assert (legacy.body["reason"], legacy.body["count"]) == ("Other", 2)

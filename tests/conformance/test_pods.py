@@ -36,8 +36,10 @@ async def test_scheduling_gate_names_are_qualified_names_without_duplicates(kube
     gates = [{"name": "a/b/c"}, {"name": "x"}, {"name": "x"}, {"name": ""}]
     reply = await kube.post(kube.pods, pod("bad-gates", schedulingGates=gates))
     assert reply.status == 422
+    # IsQualifiedName's words for a bad prefixed name: "a qualified name" in v1.34, "a valid label key" since.
     label_key = (
-        "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+        f"{'a qualified name' if kube.minor <= 34 else 'a valid label key'} must consist of alphanumeric "
+        "characters, '-', '_' or '.', and must start and end "
         "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
         "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and "
         "'/' (e.g. 'example.com/MyName')"

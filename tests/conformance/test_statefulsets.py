@@ -1,7 +1,7 @@
-"""StatefulSets: the defaults (pkg/apis/apps/v1/defaults.go SetDefaults_StatefulSet, MaxUnavailableStatefulSet
-off), the zero status (PrepareForCreate), ValidateStatefulSetSpec's template checks and
-ValidateStatefulSetUpdate's forbidden spec changes (pkg/apis/apps/validation/validation.go, v1.36), and the
-empty selector (`{}`, not a missing one) of every workload kind. Created with dryRun=All, or with a
+"""StatefulSets: the defaults (pkg/apis/apps/v1/defaults.go SetDefaults_StatefulSet; MaxUnavailableStatefulSet
+on by default since v1.37), the zero status (PrepareForCreate), ValidateStatefulSetSpec's template checks and
+ValidateStatefulSetUpdate's immutable spec fields (pkg/apis/apps/validation/validation.go, v1.37; one
+Forbidden error before), and the empty selector (`{}`, not a missing one) of every workload kind. Created with dryRun=All, or with a
 scheduler that does not exist, so the pods the real controller makes stay put."""
 
 from __future__ import annotations
@@ -41,12 +41,13 @@ async def test_defaults_and_zero_status(kube: Conn) -> None:
     reply = await kube.post(statefulsets(kube), statefulset("db"), params={"dryRun": "All"})
     assert reply.status == 201, reply.body
     spec = {k: v for k, v in reply.body["spec"].items() if k != "template"}
+    rolling = {"partition": 0, "maxUnavailable": 1} if kube.minor >= 37 else {"partition": 0}
     assert spec == {
         "replicas": 0,
         "selector": {"matchLabels": {"app": "db"}},
         "serviceName": "",
         "podManagementPolicy": "OrderedReady",
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling},
         "revisionHistoryLimit": 10,
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
     }
@@ -91,15 +92,26 @@ async def test_the_template_must_match_and_run_forever(kube: Conn) -> None:
 async def test_only_some_spec_fields_may_change(kube: Conn) -> None:
     await kube.created(statefulsets(kube), statefulset("db"))
     path = f"{statefulsets(kube)}/db"
-    reply = await kube.patch(path, {"spec": {"serviceName": "other"}}, MERGE)
-    assert reply.status == 422
-    assert reply.body["message"] == invalid_message(
-        "StatefulSet.apps",
-        "db",
-        "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
-        "'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
-        "'minReadySeconds' are forbidden",
+    reply = await kube.patch(
+        path, {"spec": {"podManagementPolicy": "Parallel", "serviceName": "other"}}, MERGE
     )
+    assert reply.status == 422
+    if kube.minor >= 37:
+        # One error per field, in ValidateStatefulSetUpdate's order, whatever the patch's.
+        assert reply.body["message"] == invalid_message(
+            "StatefulSet.apps",
+            "db",
+            'spec.serviceName: Invalid value: "other": field is immutable',
+            'spec.podManagementPolicy: Invalid value: "Parallel": field is immutable',
+        )
+    else:
+        assert reply.body["message"] == invalid_message(
+            "StatefulSet.apps",
+            "db",
+            "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
+            "'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
+            "'minReadySeconds' are forbidden",
+        )
     reply = await kube.patch(path, {"spec": {"replicas": 2, "minReadySeconds": 3}}, MERGE)
     assert reply.status == 200, reply.body
     assert (reply.body["spec"]["replicas"], reply.body["metadata"]["generation"]) == (2, 2)

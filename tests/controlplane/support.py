@@ -3,14 +3,13 @@ from, and a polling wait."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 
-from sim.controlplane.launcher import DEFAULT_BIN_DIR, REPO_ROOT, missing_binaries
+from sim.controlplane.launcher import DEFAULT_BIN_DIR, KUBE_BUILD, missing_binaries
 
 T = TypeVar("T")
 
@@ -23,11 +22,9 @@ requires_binaries = pytest.mark.skipif(
 
 
 def built_version() -> str:
-    """The k8s.io/kubernetes release testbed/go.mod pins (what the binaries report)."""
-    text = (REPO_ROOT / "testbed" / "go.mod").read_text()
-    found = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", text, re.MULTILINE)
-    assert found, "testbed/go.mod requires no k8s.io/kubernetes"
-    return found.group(1)
+    """The k8s.io/kubernetes release the chosen build's module file pins (testbed/go.mod, or
+    testbed/go.1.34.mod under `make test-real KUBE_VERSION=1.34`): what the binaries report."""
+    return KUBE_BUILD.version
 
 
 def wait_for(probe: Callable[[], T | None], *, within: float, what: str, poll: float = 0.25) -> T:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.controlplane.launcher import COMPONENTS, REPO_ROOT
+from sim.controlplane.launcher import COMPONENTS, DEFAULT_BIN_DIR, REPO_ROOT
 from tests.controlplane.support import built_version, requires_binaries, wait_for
 from tests.processes import clean_env
 
@@ -87,7 +87,7 @@ class Launched:
             name: pid
             for pid in children(self.proc.pid)
             for name in COMPONENTS
-            if command(pid).startswith(str(REPO_ROOT / ".tools" / "controlplane" / name) + " ")
+            if command(pid).startswith(str(DEFAULT_BIN_DIR / name) + " ")
         }
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:

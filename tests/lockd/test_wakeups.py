@@ -199,7 +199,7 @@ class _GroupSaysNo:
 async def test_a_long_poll_answered_at_shutdown_says_ask_again_at_once() -> None:
     """lockd stopping (a rolling upgrade) answers its long polls at once; each 423 carries Retry-After 0,
     so the init client asks the replacement lockd as soon as it listens, not after the hint of the lockd
-    that is gone (a group's step-aside: 60 s, past a shorter max-wait, seen on real nodes in a lockd roll)."""
+    that is gone (a group's step-aside: 60 s, past a shorter max-wait; tests/nodes/test_upgrade.py)."""
     service = LockService(
         active=_policy(2),
         cores=1,

@@ -2,7 +2,8 @@
 
 `real_cluster`: one `python -m sim realcluster`-style cluster for the session: the real control plane and
 2 real nodes (containerd, kubelet, kube-proxy, each node in its own network namespace), CoreDNS, and the
-image `make image` builds (localhost/stagger:dev) imported into both. Its stop is checked: nothing of it
+image `make image` builds (localhost/stagger:dev) imported into both, also under a second name
+(localhost/stagger:dev-upgrade, a buildah tag removed once imported) for test_upgrade's `helm upgrade`. Its stop is checked: nothing of it
 left on the host (network namespaces, the bridge, mounts, cgroups).
 
 `stagger`: the chart installed once for the session with that image (pullPolicy Never, no registry), every
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 
 from sim.realcluster.cluster import RealCluster, RealClusterError, preflight
 from tests.nodes.kube import Kube, Release, lockd_status, wait_for
-from tests.nodes.policies import ONE_SLOT_LABEL, POLICIES, STAGGER_IMAGE
+from tests.nodes.policies import ONE_SLOT_LABEL, POLICIES, STAGGER_IMAGE, UPGRADE_IMAGE
 
 
 def _require_real_nodes() -> None:
@@ -34,6 +36,14 @@ def _require_real_nodes() -> None:
         pytest.fail("no buildah: run `make image` first", pytrace=False)
 
 
+def _buildah(*args: str, check: bool = True) -> None:
+    done = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        pytest.fail(
+            f"buildah {' '.join(args)}: {done.stderr.strip()} (run `make image` first)", pytrace=False
+        )
+
+
 ORDER = (
     "test_cli",
     "test_manifest",
@@ -43,6 +53,7 @@ ORDER = (
     "test_readiness",
     "test_initclient_cost",
     "test_peers",
+    "test_upgrade",
     "test_lifecycle",
     "test_hostile",
     "test_failures",
@@ -64,12 +75,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     _require_real_nodes()
-    cluster = RealCluster(nodes=2, data_dir=tmp_path_factory.mktemp("realcluster"), images=[STAGGER_IMAGE])
+    _buildah("tag", STAGGER_IMAGE, UPGRADE_IMAGE)
+    images = [STAGGER_IMAGE, UPGRADE_IMAGE]
+    cluster = RealCluster(nodes=2, data_dir=tmp_path_factory.mktemp("realcluster"), images=images)
     try:
         cluster.start()
     except BaseException:
         cluster.stop(keep_data=True)
         raise
+    finally:
+        # Imported into the nodes (or failed to be): the host's image store keeps only what `make image` made.
+        _buildah("rmi", UPGRADE_IMAGE, check=False)
     try:
         yield cluster
     finally:

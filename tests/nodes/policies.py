@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 
 STAGGER_IMAGE = os.environ.get("STAGGER_IMAGE", "localhost/stagger:dev")
+UPGRADE_IMAGE = os.environ.get("STAGGER_UPGRADE_IMAGE", f"{STAGGER_IMAGE}-upgrade")
+"""The same image under a second name (localhost/stagger:dev-upgrade), tagged with buildah and imported into
+the nodes with STAGGER_IMAGE when the session's cluster starts: what tests/nodes/test_upgrade.py's `helm
+upgrade` moves the session release to (a new image tag, pullPolicy Never, no registry)."""
 NODE_LIMIT = 2
 ONE_SLOT_LABEL = "stagger-test/one-slot"
 """A node labelled with it (=1) starts one pod at a time (node policy `one-slot`): tests/nodes/test_readiness.py."""

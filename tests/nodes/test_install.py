@@ -2,7 +2,8 @@
 Ready on every node (its hostPort reachable on the node's address), two controller replicas of which one
 leads, and the pods webhook reached by kube-apiserver through the controller's Service: a pod labelled as
 NOTES.txt says gets the init client, its grant, and starts; one without the label is left alone; `helm test`
-passes; `kubectl stagger status` reads every node's lockd through the API server."""
+passes; `kubectl stagger status` reads every node's lockd through the API server. The nodes' runtime is
+containerd 2 (built by `make node-tools`), as the Node objects and crictl on each node report it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from pathlib import Path
 from sim.realcluster.cluster import RealCluster
 from tests.nodes.kube import ENABLE, PREFIX, Kube, Release, is_ready, lockd_status, wait_for, workload
 from tests.nodes.policies import NODE_LIMIT
+
+
+def test_every_node_runs_containerd_2(kube: Kube, real_cluster: RealCluster) -> None:
+    """kubelet 1.37 needs the CRI RuntimeConfig call, which containerd 1.6 lacks: the nodes run containerd 2."""
+    versions = {
+        node["metadata"]["name"]: node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        for node in kube.get("/api/v1/nodes")["items"]
+    }
+    assert set(versions) == {node.plan.name for node in real_cluster.nodes}, versions
+    assert all(v.startswith("containerd://2.") for v in versions.values()), versions
+    for node in real_cluster.nodes:
+        reported = dict(line.split(":", 1) for line in node.crictl("version").splitlines() if ":" in line)
+        assert reported["RuntimeName"].strip() == "containerd", reported
+        assert reported["RuntimeVersion"].strip().startswith("2."), reported
 
 
 def test_lockd_runs_on_every_node_and_answers_on_its_address(
