@@ -1,6 +1,11 @@
 """The whole controller app, as `python -m webhook` runs it: admission (`webhook.app`, `webhook.admission`)
 plus the group part put together on it: the pacers and their pod watch (`webhook.groups`), the
-reconcilers that release held pods (`webhook.reconcilers`), and leader election (`webhook.leader`)."""
+reconcilers that release held pods (`webhook.reconcilers`), and leader election (`webhook.leader`).
+
+At start-up it also asks the API server's `/version` once (`check_kubernetes_version`): the log, `/status`
+(`kubernetes`) and `stagger_controller_kubernetes_info` say whether that minor is one stagger is tested on
+and what of stagger needs a newer one (`stagger.kubeversions`). The check never holds up start-up or
+readiness, and the controller starts whatever it says: what works is still paced."""
 
 from __future__ import annotations
 
@@ -10,12 +15,13 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from stagger import kube
+from stagger import kube, kubeversions
 from stagger.contracts import groups as contract
 from stagger.events import EventRecorder
 from stagger.groupbook import Claim, PodRecord
@@ -43,9 +49,23 @@ from webhook.reconcilers.evictions import EvictionReconciler
 from webhook.reconcilers.gates import GateReconciler
 from webhook.settings import Settings
 
-__all__ = ["install", "make_app"]
+__all__ = ["KUBERNETES", "KubernetesVersion", "check_kubernetes_version", "install", "make_app"]
 
 logger = logging.getLogger(__name__)
+
+# The one GET /version at start-up: a bound of its own, shorter than the client's 30 s, since nothing waits
+# for it and an API server that slow is better reported as unknown than late.
+VERSION_TIMEOUT = 10.0
+
+
+@dataclass
+class KubernetesVersion:
+    """The start-up check of the API server's version: None until `/version` answered or failed."""
+
+    assessment: kubeversions.Assessment | None = None
+
+
+KUBERNETES = web.AppKey("kubernetes_version", KubernetesVersion)
 
 
 def cluster_config(settings: Settings) -> kube.ClusterConfig | None:
@@ -121,11 +141,14 @@ def install(
     app[STATUS_SECTIONS].append(status_section)
     app[METRICS].refreshers.append(lambda: failopens.publish(app))
     app[STATUS_SECTIONS].append(failopens.status_section)
+    app[KUBERNETES] = KubernetesVersion()
+    app[STATUS_SECTIONS].append(kubernetes_section)
     app[POLICY].subscribe(lambda new: policies_changed(app, new))
 
     if config is None:
         app[GROUPS].off = "no API server (no --kubeconfig, not in a cluster): admission only, no group pacing"
         logger.warning("group pacing is off: %s", app[GROUPS].off)
+        app[KUBERNETES].assessment = kubeversions.unknown("no API server to ask")
         return
 
     settings = app[SETTINGS]
@@ -139,8 +162,14 @@ def install(
     async def run(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession() as session:
             app[GROUPS].session = session
-            async for _ in _running(app, kube.RestClient(session=session, config=config), leader_factory):
-                yield
+            client = kube.RestClient(session=session, config=config)
+            # In the background: start-up and readiness never wait for it.
+            check = asyncio.create_task(check_kubernetes_version(app, client), name="kubernetes-version")
+            try:
+                async for _ in _running(app, client, leader_factory):
+                    yield
+            finally:
+                await stop_tasks([check])
 
     app.cleanup_ctx.append(run)
 
@@ -206,6 +235,57 @@ async def _running(
             await stop_tasks([election])
         await stop_tasks(tasks)
         await events.drain(within=1.0)
+
+
+async def check_kubernetes_version(
+    app: web.Application, client: kube.RestClient, *, within: float = VERSION_TIMEOUT
+) -> None:
+    """GET /version once, answered within `within` seconds; the log, `/status` and the metric say what it
+    means. An error is logged and leaves the version unknown. Asked once: the version changes only with an
+    upgrade of the control plane, which the next restart of the controller sees."""
+    try:
+        info = await asyncio.wait_for(client.request("GET", "/version"), within)
+    except (kube.ApiError, aiohttp.ClientError, OSError, TimeoutError) as err:
+        quiet = f"no answer within {within:g} s" if isinstance(err, TimeoutError) else type(err).__name__
+        assessment = kubeversions.unknown(f"GET /version failed: {str(err) or quiet}")
+    else:
+        assessment = kubeversions.assess(info)
+    app[KUBERNETES].assessment = assessment
+    if assessment.minor is None:
+        logger.warning("%s; stagger runs on without knowing", assessment.note)
+        return
+    app[METRICS].kubernetes_info.clear()
+    app[METRICS].kubernetes_info.labels(
+        version=assessment.git_version, tested="true" if assessment.tested else "false"
+    ).set(1)
+    if assessment.missing:
+        logger.warning(
+            "%s; stagger runs on, and each of these %d fails where it is used:",
+            assessment.note,
+            len(assessment.missing),
+        )
+        for sentence in assessment.missing:
+            logger.warning("%s", sentence)
+    elif assessment.minor < kubeversions.OLDEST_TESTED:
+        logger.warning("%s; nothing stagger uses is missing there, but it is not tested", assessment.note)
+    else:
+        logger.info("%s", assessment.note)
+
+
+def kubernetes_section(app: web.Application) -> tuple[str, dict[str, Any]]:
+    """`/status` `kubernetes`: the API server's version, the minors stagger is tested on, whether stagger
+    supports it (null while unknown) and what needs a newer minor."""
+    assessment = app[KUBERNETES].assessment
+    if assessment is None:
+        assessment = kubeversions.unknown("asking the API server's /version")
+    return "kubernetes", {
+        "version": assessment.git_version,
+        "tested": kubeversions.format_tested(),
+        "withinTested": assessment.tested,
+        "supported": assessment.supported,
+        "missing": list(assessment.missing),
+        "note": assessment.note,
+    }
 
 
 def _announce_eviction(watch: PodWatch, record: PodRecord, reason: str, claim: Claim | None) -> None:

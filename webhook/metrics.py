@@ -54,6 +54,14 @@ class Metrics:
             ["version"],
             registry=self.registry,
         ).labels(VERSION).set(1)
+        # No sample until the start-up check has read the API server's version (none when it could not).
+        self.kubernetes_info = Gauge(
+            "stagger_controller_kubernetes_info",
+            "Always 1; the API server's Kubernetes version as read at start-up, and whether its minor is "
+            "one stagger is tested on (tested: true, false).",
+            ["version", "tested"],
+            registry=self.registry,
+        )
 
     def _serving(self, r: CollectorRegistry) -> None:
         """Admission, the TLS listener's requests and the files it reloads."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,12 @@ def _service(value: str) -> tuple[str, str]:
     return key, address
 
 
+def _minor(value: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]{0,2}\.[0-9]{1,3}", value):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR such as 1.29, got {value!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser(prog="python -m sim apiserver", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free port)")
@@ -59,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NS/NAME:PORT=HOST:PORT",
         help="where a webhook clientConfig.service is reached (repeatable)",
     )
+    parser.add_argument(
+        "--kubernetes-version",
+        type=_minor,
+        default=None,
+        metavar="MAJOR.MINOR",
+        help="the version GET /version answers, e.g. 1.29 (default: the emulator's own); nothing else changes",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -79,6 +93,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ApiServerSettings, str | None, str]
         request_log=args.request_log,
         graceful_deletion_slack=args.graceful_deletion_slack,
         service_resolver=MappingProxyType(dict(args.service)),
+        kubernetes_version=args.kubernetes_version,
     )
     return settings, args.kubeconfig, args.log_level
 

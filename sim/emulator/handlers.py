@@ -79,7 +79,7 @@ def discovery(request: web.Request, target: DiscoveryPath) -> web.Response:
     if target.kind == "health":
         return web.Response(text="ok")
     if target.kind == "version":
-        return json_response(version_info())
+        return json_response(version_info(request.app[STATE].settings.kubernetes_version))
     if target.kind == "openapi":
         document = openapi.document_for_path(request.path)
         if document is None:

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-KUBERNETES_VERSION = ("1", "35")
+KUBERNETES_VERSION = (
+    "1",
+    "37",
+)  # the newest release the test bed builds (testbed/go.mod); tests/conformance EMULATED_MINOR
 STANDARD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 # Field selectors every resource supports, then the extra ones the real server registers per resource
 # (pkg/registry/*/strategy.go GetAttrs / the field label conversion funcs).
@@ -334,8 +337,9 @@ def namespaces() -> ResourceType:
 # ---------------------------------------------------------------------------------------------- discovery
 
 
-def version_info() -> dict[str, str]:
-    major, minor = KUBERNETES_VERSION
+def version_info(version: str | None = None) -> dict[str, str]:
+    """`GET /version`: of KUBERNETES_VERSION, or of `version` ("1.29", ApiServerSettings.kubernetes_version)."""
+    major, minor = KUBERNETES_VERSION if version is None else version.split(".", 1)
     return {
         "major": major,
         "minor": minor,

@@ -21,7 +21,7 @@ from referencing import Registry, Resource
 
 from sim.emulator.errors import FieldError
 
-SCHEMA_VERSION = "1.35"
+SCHEMA_VERSION = "1.37"
 _DEFS_ID = "https://kubernetes.io/api/_definitions.json"
 
 Node = dict[str, Any]

@@ -33,3 +33,6 @@ class ApiServerSettings:
     # What service-account tokens are issued and reviewed at (epoch seconds): tests move it forward to see
     # a token expire without waiting an hour. The rest of the emulator keeps the wall clock.
     token_clock: Callable[[], float] = time.time
+    # The minor `GET /version` names ("1.29"), for a client's check of an older or newer cluster; None: the
+    # emulator's own (resources.KUBERNETES_VERSION). Only /version changes: every API stays served.
+    kubernetes_version: str | None = None

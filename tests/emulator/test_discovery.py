@@ -49,8 +49,8 @@ def test_group_discovery(http: Http) -> None:
 
 def test_version(http: Http) -> None:
     version = http.get("/version").json()
-    assert version["major"] == "1" and version["minor"] == "35"
-    assert version["gitVersion"].startswith("v1.35.")
+    assert version["major"] == "1" and version["minor"] == "37"
+    assert version["gitVersion"].startswith("v1.37.")
 
 
 def test_unknown_paths_are_404_status(http: Http) -> None:
