@@ -191,9 +191,11 @@ $(NODES_DIR)/crictl:
 
 # The tests on real nodes (tests/nodes, docs/testbed.md): one real cluster of 2 nodes for the session, the chart
 # installed with the image `make image` builds. Root; needs `make control-plane node-tools image`.
+# NODE_TESTS chooses files (CI runs a subset on the oldest minor: .ci/run).
+NODE_TESTS ?= tests/nodes
 test-nodes: venv
 	@test -x $(NODES_DIR)/kubelet || { echo "no node tools in $(NODES_DIR): run \`make control-plane node-tools image KUBE_VERSION=$(KUBE_VERSION)\` first" >&2; exit 2; }
-	$(VENV)/bin/pytest -p no:xdist tests/nodes --real-nodes $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -p no:xdist $(NODE_TESTS) --real-nodes $(PYTEST_ARGS)
 
 # The image (docker/Dockerfile), built without a Docker engine: buildah (chroot isolation) on a local Debian
 # base made by debootstrap from apt's mirror, both installed with apt when missing (docker/README.md).

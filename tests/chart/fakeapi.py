@@ -61,7 +61,7 @@ class FakeApi:
 
     def answer(self, path: str) -> tuple[int, Any]:
         if path == "/version":
-            return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0", "platform": "linux/amd64"}
+            return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0", "platform": "linux/amd64"}
         if path == "/api":
             return 200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
         if path == "/apis":

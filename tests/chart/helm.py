@@ -36,7 +36,7 @@ def render(
     flags: tuple[str, ...] = (),
 ) -> list[Doc]:
     """The chart's objects for these `--set` (and `--set-string`, `--set-json`) values and values files
-    (`-f`, given before the others), and more `helm template` flags (e.g. `--kube-version=1.29.0`); do not
+    (`-f`, given before the others), and more `helm template` flags (e.g. `--kube-version=1.34.0`); do not
     modify them."""
     return list(_render(sets, strings, jsons, (*(f"--values={f}" for f in files), *flags)))
 

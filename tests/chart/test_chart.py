@@ -1,7 +1,7 @@
 """The Helm chart as a whole and its lockd part: `helm lint --strict` of the main configurations; every
 object of every configuration (defaults, controller disabled, an external controller, an existing
 certificate Secret, cert-manager, the jobs webhook off, other values) is valid for every Kubernetes version
-the chart supports, from Chart.yaml's kubeVersion (1.27) to 1.35 (the official schemas via
+the chart supports, from Chart.yaml's kubeVersion (1.34, the oldest minor CI tests) to 1.37 (the official schemas via
 kubernetes-validate; cert-manager's own kinds are checked in test_controller_tls; the values files of
 tests/chart/values/ in test_values_files); NOTES.txt says how to opt a pod in (a patch setting the label the
 webhooks select on, a namespace's label, the scheduler names; how Jobs are selected), list held pods and read a node's lockd /status (a lookup that selects the lockd pod);
@@ -22,6 +22,7 @@ import pytest
 import trustme
 import yaml
 
+from stagger import kubeversions
 from stagger.version import VERSION
 from tests.chart.helm import (
     CHART,
@@ -43,9 +44,8 @@ from tests.tools import tool
 
 # The oldest version Chart.yaml accepts, one in between and the newest schema kubernetes-validate ships.
 CHART_KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
-K8S_VERSIONS = ("1.27.0", "1.30.0", "1.35.0")
+K8S_VERSIONS = ("1.34.0", "1.37.0")
 CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
-SINCE_1_30 = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def ca_bundle() -> str:
@@ -166,21 +166,33 @@ def test_the_notes_commands_name_real_objects(sets: tuple[str, ...]) -> None:
     assert hooks[f"namespaced-pods.{prefix}"]["namespaceSelector"]["matchLabels"] == labels
 
 
+def test_the_notes_say_how_jobs_are_selected(tmp_path: Path) -> None:
+    # As the Jobs webhook selects them: by matchConditions on the pod template's label.
+    text = "when its pod template carries that label"
+    assert " ".join(notes(tmp_path).split()).count(text) == 1
+
+
+def test_the_validated_versions_are_the_charts_and_the_controllers() -> None:
+    # One claim, three places: the chart's kubeVersion, the controller's start-up check, the schemas here.
+    oldest = ".".join(map(str, kubeversions.OLDEST_TESTED))
+    assert f">={oldest}.0-0" == CHART_KUBE_VERSION
+    assert (f"{oldest}.0", ".".join(map(str, kubeversions.NEWEST_TESTED)) + ".0") == K8S_VERSIONS
+
+
 @pytest.mark.parametrize(
-    ("flags", "text"),
+    ("version", "refused"),
     [
-        pytest.param(("--kube-version=1.27.0",), "when the Job itself also carries that label", id="1.27"),
-        pytest.param(("--kube-version=1.28.0",), "when its pod template carries that label", id="1.28"),
+        pytest.param("1.33.9", True, id="1.33"),
+        pytest.param("1.34.0", False, id="1.34"),
+        pytest.param("1.38.0", False, id="1.38"),
     ],
 )
-def test_the_notes_say_how_jobs_are_selected(tmp_path: Path, flags: tuple[str, ...], text: str) -> None:
-    # As the Jobs webhook selects them: by matchConditions from 1.28, by the Job's own labels before.
-    assert " ".join(notes(tmp_path, *flags).split()).count(text) == 1
-
-
-def test_the_validated_versions_are_the_charts() -> None:
-    assert CHART_KUBE_VERSION == ">=1.27.0-0"
-    assert K8S_VERSIONS[0] == "1.27.0"
+def test_helm_refuses_an_older_cluster_naming_its_version(version: str, refused: bool) -> None:
+    args = [str(tool("helm")), "template", RELEASE, str(CHART), f"--kube-version={version}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert (done.returncode != 0) is refused
+    if refused:
+        assert f"incompatible with Kubernetes v{version}" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -237,8 +249,6 @@ def test_every_object_is_valid(sets: tuple[str, ...], strings: tuple[str, ...]) 
             assert doc["apiVersion"] == "cert-manager.io/v1"
             continue
         for version in K8S_VERSIONS:
-            if doc["kind"] in SINCE_1_30 and version < "1.30":
-                continue  # left out on those clusters (tests/chart/test_lockd_vap.py)
             kubernetes_validate.validate(doc, version, strict=True)
         checked += 1
     assert checked >= 5

@@ -1,5 +1,5 @@
 """The ValidatingAdmissionPolicy that confines lockd's writes (templates/lockd-vap.yaml), as rendered: on by
-default, with its binding (Deny, 403); left out with `lockd.confineWrites=false`, before Kubernetes 1.30
+default, with its binding (Deny, 403); left out with `lockd.confineWrites=false`
 and where discovery does not name the kind (NOTES.txt then warns); it matches lockd's own ServiceAccount (release namespace, fullname), checks the
 chart's prefix and the component lockd writes Events as. What the policy allows and refuses on a real API
 server: tests/hostile/test_lockd_writes_confined.py."""
@@ -50,10 +50,9 @@ def test_on_by_default_with_a_binding_that_denies() -> None:
     ("sets", "flags"),
     [
         pytest.param(("lockd.confineWrites=false",), (), id="turned-off"),
-        pytest.param((), ("--kube-version=1.29.0",), id="before-1.30"),
         # A cluster's discovery names every kind it serves: without this one it is left out, whatever the
         # version (ValidatingAdmissionPolicy turned off in the API server).
-        pytest.param((), ("--kube-version=1.30.0", "--api-versions=apps/v1/DaemonSet"), id="not-served"),
+        pytest.param((), ("--api-versions=apps/v1/DaemonSet",), id="not-served"),
     ],
 )
 def test_left_out(sets: tuple[str, ...], flags: tuple[str, ...]) -> None:
@@ -61,8 +60,8 @@ def test_left_out(sets: tuple[str, ...], flags: tuple[str, ...]) -> None:
 
 
 def test_discovery_naming_the_kind_is_enough() -> None:
-    # `helm install` sees the kind in discovery, whatever the version says.
-    flags = ("--kube-version=1.29.0", "--api-versions=apps/v1/DaemonSet", f"--api-versions={VAP_API}")
+    # `helm install` sees the kind in discovery.
+    flags = ("--api-versions=apps/v1/DaemonSet", f"--api-versions={VAP_API}")
     assert len(policy_objects(render(flags=flags))) == 2
 
 
@@ -131,10 +130,12 @@ def notes(tmp_path: Path, *flags: str) -> str:
 @pytest.mark.parametrize(
     ("flags", "warned"),
     [
-        pytest.param(("--kube-version=1.29.0",), True, id="before-1.30"),
-        pytest.param(("--kube-version=1.30.0",), False, id="1.30"),
-        pytest.param(("--kube-version=1.30.0", "--api-versions=apps/v1/DaemonSet"), True, id="not-served"),
-        pytest.param(("--kube-version=1.29.0", "--set=lockd.confineWrites=false"), False, id="turned-off"),
+        pytest.param((), False, id="rendered"),
+        pytest.param(("--api-versions=apps/v1/DaemonSet", f"--api-versions={VAP_API}"), False, id="served"),
+        pytest.param(("--api-versions=apps/v1/DaemonSet",), True, id="not-served"),
+        pytest.param(
+            ("--api-versions=apps/v1/DaemonSet", "--set=lockd.confineWrites=false"), False, id="turned-off"
+        ),
     ],
 )
 def test_notes_warn_when_the_policy_is_left_out(tmp_path: Path, flags: tuple[str, ...], warned: bool) -> None:

@@ -1,10 +1,8 @@
 """The chart's opt-in webhooks (templates/controller-webhook.yaml, `controller.webhook.*`), as rendered: the
-Jobs webhook selects a Job by its pod template's enable label (matchConditions; by the Job's own labels
-before Kubernetes 1.28); `namespaceOptIn` (on by default) adds `namespaced-pods.<prefix>`, selecting the
+Jobs webhook selects a Job by its pod template's enable label (matchConditions); `namespaceOptIn` (on by default) adds `namespaced-pods.<prefix>`, selecting the
 namespaces labelled `<prefix>/enable: "1"` besides the exclusions and the user's namespaceSelector, with
 no objectSelector; `schedulerNames` adds `scheduler-pods.<prefix>` with a matchCondition on the pod's
-schedulerName, and hands the names to the controller (STAGGER_SCHEDULER_NAMES, which it accepts), and is
-refused before 1.28; every webhook shares the rest (service, caBundle, timeouts, policies); bad values are
+schedulerName, and hands the names to the controller (STAGGER_SCHEDULER_NAMES, which it accepts); every webhook shares the rest (service, caBundle, timeouts, policies); bad values are
 refused by the schema. What the API server does with them: tests/admission/test_optin_e2e.py."""
 
 from __future__ import annotations
@@ -82,22 +80,6 @@ def test_jobs_are_sent_by_their_pod_templates_label() -> None:
     assert jobs["namespaceSelector"] == {"matchExpressions": [EXCLUDED]}
 
 
-@pytest.mark.parametrize(
-    ("flags", "conditions"),
-    [
-        pytest.param(("--kube-version=1.27.0",), False, id="1.27"),
-        pytest.param(("--kube-version=1.28.0",), True, id="1.28"),
-        pytest.param(("--kube-version=1.30.0",), True, id="1.30"),
-    ],
-)
-def test_before_1_28_jobs_are_sent_by_their_own_labels(flags: tuple[str, ...], conditions: bool) -> None:
-    jobs = webhooks(flags=flags)[f"jobs.{PREFIX}"]
-    assert ("matchConditions" in jobs) == conditions
-    assert ("objectSelector" in jobs) != conditions
-    if not conditions:
-        assert jobs["objectSelector"] == {"matchLabels": {ENABLE: "1"}}
-
-
 def test_the_namespace_webhook_selects_opted_in_namespaces_and_every_pod_there() -> None:
     hook = webhooks()[f"namespaced-pods.{PREFIX}"]
     assert "objectSelector" not in hook and "matchConditions" not in hook
@@ -147,11 +129,6 @@ def test_the_scheduler_webhook_and_the_controllers_names(names: str, listed: str
 
 def test_no_scheduler_names_no_setting() -> None:
     assert "STAGGER_SCHEDULER_NAMES" not in values(named(render(), "Deployment", CONTROLLER))
-
-
-def test_scheduler_names_need_match_conditions() -> None:
-    with pytest.raises(RenderError, match=r"schedulerNames: needs Kubernetes 1\.28 or later"):
-        render("controller.webhook.schedulerNames={straggler}", flags=("--kube-version=1.27.0",))
 
 
 def test_every_webhook_shares_the_rest() -> None:
