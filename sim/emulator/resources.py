@@ -6,10 +6,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-KUBERNETES_VERSION = (
-    "1",
-    "37",
-)  # the newest release the test bed builds (testbed/go.mod); tests/conformance EMULATED_MINOR
+# The newest release the test bed builds (testbed/go.mod), whose answers the emulator gives.
+KUBERNETES_VERSION = ("1", "37")
 STANDARD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 # Field selectors every resource supports, then the extra ones the real server registers per resource
 # (pkg/registry/*/strategy.go GetAttrs / the field label conversion funcs).

@@ -17,7 +17,6 @@ tests wait with `kube.eventually`.
 from __future__ import annotations
 
 import os
-import re
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +28,7 @@ import pytest
 
 from sim.controlplane.launcher import DEFAULT_BIN_DIR, ControlPlane, missing_binaries
 from sim.emulator.server import ApiServerThread
+from stagger import kubeversions
 from stagger.kube import kubeconfig_config
 from tests.conformance.support import Conn
 
@@ -121,9 +121,9 @@ async def kube(target: Target) -> AsyncIterator[Conn]:
         if conn.real:
             version = await conn.get("/version")
             assert version.status == 200, version.body
-            found = re.match(r"\d+", str(version.body["minor"]))  # "37", or "37+" from some builds
-            assert found, version.body
-            conn.minor = int(found.group())
+            minor = kubeversions.parse_version(version.body)  # "37", or "37+" from some builds
+            assert minor is not None, version.body
+            conn.minor = minor[1]
             # The service account controller adds `default` soon after; pods are refused until then.
             await conn.eventually(
                 lambda: conn.ok(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),

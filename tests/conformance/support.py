@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from sim.emulator.resources import KUBERNETES_VERSION
+
 T = TypeVar("T")
 
 MERGE = "application/merge-patch+json"
@@ -21,7 +23,7 @@ STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PAUSE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs on either backend
 NO_SCHEDULER = "stagger-conformance-none"
-EMULATED_MINOR = 37
+EMULATED_MINOR = int(KUBERNETES_VERSION[1])
 """The Kubernetes minor whose answers the emulator gives where minors differ (v1.37, the test bed's default
 release). A real server of an older minor (`make test-real KUBE_VERSION=1.34`) is held to its own minor's
 answers there: the tests that differ branch on `kube.minor`."""
